@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# The README's two commands:
+#   ./cmake/quickstart.sh demo   builds and runs the main demo (examples/serve)
+#   ./cmake/quickstart.sh test   builds everything and runs every test (what CI runs)
+# On a fresh Debian machine it installs what is missing when run as root, and otherwise prints the
+# exact line to run and stops.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+need_packages() {
+  local pkgs=(cmake g++ make libeigen3-dev libxxhash-dev doctest-dev libbenchmark-dev nlohmann-json3-dev "$@")
+  local missing=()
+  for p in "${pkgs[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  local line="apt-get update && apt-get install -y ${missing[*]}"
+  if [ "$(id -u)" -eq 0 ]; then
+    echo "quickstart: installing ${missing[*]}" >&2
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq && apt-get install -y -qq "${missing[@]}" >/dev/null
+  else
+    echo "quickstart: missing Debian packages. Run as root:" >&2
+    echo "  $line" >&2
+    exit 1
+  fi
+}
+
+# Until examples/serve lands, the demo is the hello example.
+DEMO_TARGET=frugal_hello
+DEMO_PATH=frugal_hello
+
+case "${1:-}" in
+  demo)
+    shift
+    need_packages
+    cmake --preset release >/dev/null
+    cmake --build --preset release --target "$DEMO_TARGET" >/dev/null
+    exec "./build/release/examples/$DEMO_PATH" "$@"
+    ;;
+  test)
+    need_packages
+    start=$(date +%s)
+    cmake --workflow --preset dev
+    echo "quickstart: all stages passed in $(( $(date +%s) - start )) s"
+    ;;
+  *)
+    echo "usage: $0 demo [demo options] | test" >&2
+    exit 2
+    ;;
+esac

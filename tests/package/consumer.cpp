@@ -1,0 +1,11 @@
+// A tiny consumer: it includes every host header and uses the library.
+#include <cstdio>
+#include <cstring>
+
+#include <frugal/frugal.hpp>
+
+int main() {
+  if (std::strcmp(frugal::version_string(), FRUGAL_VERSION_STRING) != 0) return 1;
+  std::printf("frugal %s consumer ok\n", frugal::version_string());
+  return 0;
+}
