@@ -1,0 +1,806 @@
+#pragma once
+
+#include <algorithm>
+#include <bit>
+#include <chrono>
+#include <concepts>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <future>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <type_traits>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "frugal/cache/key.hpp"
+#include "frugal/cache/tinylfu.hpp"
+#include "frugal/cache/weigher.hpp"
+#include "frugal/config.hpp"
+
+FRUGAL_BEGIN_NAMESPACE
+
+/// @brief Why an entry left the cache, as passed to options.on_evict.
+enum class eviction_cause {
+  size,      ///< pushed out by the entry or byte limit
+  expired,   ///< its TTL ran out
+  erased,    ///< erase, erase_if or clear
+  replaced,  ///< a put on the same key, or a put too large to cache
+};
+
+/// @brief Options of an lru_cache; a plain aggregate, e.g. `{.max_entries = 1'000'000, .ttl = 10min}`.
+template <class Key, class V>
+struct cache_options {
+  /// Entry limit; 0 for none. At least one of max_entries and max_bytes must be set.
+  std::size_t max_entries = 0;
+  /// Byte limit on the values (as weighed, not counting the cache's metadata); 0 for none. A value
+  /// heavier than a shard's share of it, or of 1 GiB or more, is returned to the caller but not cached.
+  std::size_t max_bytes = 0;
+  /// Cache-wide time to live; 0 for none. put and get_or_compute may override it per entry.
+  std::chrono::nanoseconds ttl{0};
+  /// Number of shards, a power of two, each with its own lock and an equal share of the limits.
+  /// 0 picks up to 16 while each shard keeps at least 64 entries (or 1 MiB). Use 1 for one exact LRU
+  /// order over the whole cache; raise it when many threads hit the cache at once.
+  std::size_t shards = 0;
+  /// The bytes of a value. Defaults to frugal::default_weigher<V> where that is defined; required when
+  /// max_bytes is set and it is not.
+  std::function<std::size_t(const V&)> weigher{};
+  /// Called for each entry that leaves the cache, outside the shard's lock; it may use the cache.
+  std::function<void(const Key&, const std::shared_ptr<const V>&, eviction_cause)> on_evict{};
+};
+
+/// @brief A snapshot of a cache's counters.
+struct cache_stats {
+  std::uint64_t hits = 0;
+  std::uint64_t misses = 0;
+  std::uint64_t puts = 0;                ///< values stored by put and get_or_compute
+  std::uint64_t evictions_size = 0;      ///< entries pushed out by a limit
+  std::uint64_t evictions_expired = 0;   ///< entries whose TTL ran out
+  std::uint64_t evictions_explicit = 0;  ///< entries removed by erase, erase_if or clear
+  std::uint64_t replacements = 0;        ///< values replaced by a put on the same key
+  std::uint64_t rejected_oversize = 0;   ///< values too large to cache
+  std::uint64_t loads = 0;               ///< compute functions started by get_or_compute
+  std::uint64_t load_waits = 0;          ///< callers that waited on another caller's compute
+  std::uint64_t load_failures = 0;       ///< computes that threw (never cached)
+  std::size_t entries = 0;
+  std::size_t bytes = 0;           ///< sum of the weights of the live values
+  std::size_t metadata_bytes = 0;  ///< the cache's own structures: slots, index, sketch, shards
+  double hit_ratio = 0;            ///< hits / (hits + misses), 0 before any lookup
+};
+
+/// @brief A thread-safe, sharded LRU cache of inference results keyed by request hashes.
+///
+/// Each shard is an exact LRU (or W-TinyLFU with Admission = tinylfu_admission) behind its own mutex;
+/// the shard is chosen by key bits. Entries live in one slot array per shard, chained into an index
+/// of 32-bit slot numbers and into the LRU list by 32-bit links, which keeps the metadata near 60
+/// bytes per entry. get never allocates.
+///
+/// Values are handed out as std::shared_ptr<const V>. A reader's value then stays valid after it is
+/// evicted, replaced or cleared, and even after the cache is gone, with no pin to release and no
+/// handle that can dangle. put allocates the value and its control block together (make_shared), so a
+/// hit only bumps a count under the lock. The price is the 16-byte pointer in each slot.
+///
+/// @tparam Admission lru_admission (default) or tinylfu_admission.
+/// @tparam Clock     the clock for TTLs, e.g. frugal::manual_clock in tests.
+/// @tparam Key       key128 (default) or key64.
+template <class V, class Admission = lru_admission, class Clock = std::chrono::steady_clock,
+          class Key = key128>
+class lru_cache {
+  static_assert(std::is_same_v<Admission, lru_admission> || std::is_same_v<Admission, tinylfu_admission>,
+                "frugal::lru_cache: Admission must be lru_admission or tinylfu_admission");
+  static_assert(std::is_integral_v<typename Clock::duration::rep>,
+                "frugal::lru_cache: Clock::duration must count in integers");
+  static constexpr bool tinylfu = std::is_same_v<Admission, tinylfu_admission>;
+
+ public:
+  using key_type = Key;
+  using value_type = V;
+  using pointer = std::shared_ptr<const V>;
+  using options = cache_options<Key, V>;
+  using clock_type = Clock;
+
+  /// @brief Throws std::invalid_argument naming the field when the options are unusable.
+  explicit lru_cache(options opts, Clock clock = {}) : opts_(std::move(opts)), clock_(std::move(clock)) {
+    validate_and_complete();
+    shards_ = std::make_unique<shard[]>(shard_count_);
+    for (std::size_t i = 0; i < shard_count_; ++i) init_shard(shards_[i], i);
+  }
+  lru_cache(const lru_cache&) = delete;
+  lru_cache& operator=(const lru_cache&) = delete;
+  /// @brief Waits for the computes started by get_or_compute_async, which write into the cache.
+  ~lru_cache() {
+    std::unique_lock lock(async_mutex_);
+    async_cv_.wait(lock, [this] { return async_pending_ == 0; });
+  }
+
+  /// @brief The value under key, or null on a miss. Makes the entry the most recently used.
+  pointer get(const Key& key) {
+    shard& s = shard_for(key);
+    eviction_list ev;
+    std::unique_lock lock(s.mutex);
+    pointer hit = lookup_locked(s, key, ev);
+    lock.unlock();
+    notify(ev);
+    return hit;
+  }
+
+  /// @brief Stores value under key, replacing any older value. ttl 0 takes the cache's ttl and
+  /// duration::max() means never. Returns false if the value is too large to cache.
+  bool put(const Key& key, V value, std::chrono::nanoseconds ttl = {}) {
+    const std::size_t w = weigh(value);
+    return put_pointer(key, std::make_shared<const V>(std::move(value)), w, ttl);
+  }
+
+  /// @brief As put, for a value already shared with the caller.
+  bool put(const Key& key, pointer value, std::chrono::nanoseconds ttl = {}) {
+    if (!value) throw std::invalid_argument("frugal::lru_cache::put: value must not be null");
+    const std::size_t w = weigh(*value);
+    return put_pointer(key, std::move(value), w, ttl);
+  }
+
+  /// @brief The value under key, computing it with fn() on a miss. Concurrent misses on one key run fn
+  /// once; the others wait for its result. If fn throws, every waiter gets the exception and nothing is
+  /// cached, so the next call computes again. A result too large to cache is still returned.
+  template <class F>
+  pointer get_or_compute(const Key& key, F&& fn, std::chrono::nanoseconds ttl = {}) {
+    check_ttl(ttl, "get_or_compute");
+    shard& s = shard_for(key);
+    std::promise<pointer> promise;
+    std::shared_future<pointer> other;
+    if (pointer hit = begin_load(s, key, promise, other)) return hit;
+    if (other.valid()) return other.get();
+    return run_load(s, key, fn, ttl, promise);
+  }
+
+  /// @brief As get_or_compute, without blocking: fn runs on a new thread (on a miss that no other
+  /// caller is computing) and the future is shared by every caller of the same key meanwhile.
+  template <class F>
+  std::shared_future<pointer> get_or_compute_async(const Key& key, F fn, std::chrono::nanoseconds ttl = {}) {
+    return get_or_compute_async(
+        key, std::move(fn), [](std::function<void()> task) { std::thread(std::move(task)).detach(); }, ttl);
+  }
+
+  /// @brief As get_or_compute_async, with fn run by executor(std::function<void()>), e.g. a thread pool.
+  template <class F, class Executor>
+  requires std::invocable<Executor&, std::function<void()>> std::shared_future<pointer> get_or_compute_async(
+      const Key& key, F fn, Executor&& executor, std::chrono::nanoseconds ttl = {}) {
+    check_ttl(ttl, "get_or_compute_async");
+    shard& s = shard_for(key);
+    auto promise = std::make_shared<std::promise<pointer>>();
+    std::shared_future<pointer> other;
+    if (pointer hit = begin_load(s, key, *promise, other)) {
+      promise->set_value(std::move(hit));
+      return promise->get_future().share();
+    }
+    if (other.valid()) return other;
+    // begin_load registered this future in the shard; it must be taken before the task can finish.
+    std::shared_future<pointer> result = find_flight(s, key);
+    {
+      std::lock_guard lock(async_mutex_);
+      ++async_pending_;
+    }
+    auto shared_fn = std::make_shared<F>(std::move(fn));
+    std::function<void()> task = [this, &s, key, shared_fn, ttl, promise] {
+      try {
+        run_load(s, key, *shared_fn, ttl, *promise);
+      } catch (...) {
+        // Already delivered through the future.
+      }
+      std::lock_guard lock(async_mutex_);
+      --async_pending_;
+      async_cv_.notify_all();
+    };
+    try {
+      executor(task);
+    } catch (...) {
+      task();  // no thread to be had: compute here rather than leave waiters hanging
+    }
+    return result;
+  }
+
+  /// @brief Removes key; true if it was cached.
+  bool erase(const Key& key) {
+    shard& s = shard_for(key);
+    eviction_list ev;
+    std::unique_lock lock(s.mutex);
+    const std::uint32_t i = find(s, key);
+    if (i != nil) remove(s, i, eviction_cause::erased, ev);
+    lock.unlock();
+    notify(ev);
+    return i != nil;
+  }
+
+  /// @brief Removes every entry for which pred(key, value) (or pred(value)) is true, e.g. the results
+  /// of one model; returns how many. pred runs under a shard's lock and must not use the cache.
+  template <class Pred>
+  std::size_t erase_if(Pred pred) {
+    std::size_t n = 0;
+    for (std::size_t si = 0; si < shard_count_; ++si) {
+      shard& s = shards_[si];
+      eviction_list ev;
+      std::unique_lock lock(s.mutex);
+      for (std::uint32_t i = 0; i < s.slab.size(); ++i) {
+        entry& e = s.slab[i];
+        if (!e.value) continue;
+        bool match;
+        if constexpr (std::is_invocable_r_v<bool, Pred&, const Key&, const V&>) {
+          match = pred(e.key, *e.value);
+        } else {
+          match = pred(*e.value);
+        }
+        if (match) {
+          remove(s, i, eviction_cause::erased, ev);
+          ++n;
+        }
+      }
+      lock.unlock();
+      notify(ev);
+    }
+    return n;
+  }
+
+  /// @brief Removes every entry.
+  void clear() {
+    erase_if([](const Key&, const V&) { return true; });
+  }
+
+  /// @brief Removes the entries whose TTL has run out (they are also dropped lazily when looked up);
+  /// returns how many.
+  std::size_t purge_expired() {
+    std::size_t n = 0;
+    for (std::size_t si = 0; si < shard_count_; ++si) {
+      shard& s = shards_[si];
+      eviction_list ev;
+      const std::int64_t now = now_ticks();
+      std::unique_lock lock(s.mutex);
+      for (std::uint32_t i = 0; i < s.slab.size(); ++i) {
+        const entry& e = s.slab[i];
+        if (e.value && e.expiry != 0 && now >= e.expiry) {
+          remove(s, i, eviction_cause::expired, ev);
+          ++n;
+        }
+      }
+      lock.unlock();
+      notify(ev);
+    }
+    return n;
+  }
+
+  /// @brief A snapshot of the counters, summed over the shards.
+  cache_stats stats() const {
+    cache_stats st;
+    st.metadata_bytes = sizeof(*this) + shard_count_ * sizeof(shard);
+    for (std::size_t si = 0; si < shard_count_; ++si) {
+      const shard& s = shards_[si];
+      std::lock_guard lock(s.mutex);
+      st.hits += s.c.hits;
+      st.misses += s.c.misses;
+      st.puts += s.c.puts;
+      st.evictions_size += s.c.evictions_size;
+      st.evictions_expired += s.c.evictions_expired;
+      st.evictions_explicit += s.c.evictions_explicit;
+      st.replacements += s.c.replacements;
+      st.rejected_oversize += s.c.rejected_oversize;
+      st.loads += s.c.loads;
+      st.load_waits += s.c.load_waits;
+      st.load_failures += s.c.load_failures;
+      st.entries += s.count;
+      st.bytes += s.bytes;
+      st.metadata_bytes += s.slab.capacity() * sizeof(entry) + s.buckets.capacity() * sizeof(std::uint32_t);
+      if constexpr (tinylfu) st.metadata_bytes += s.sketch.bytes();
+    }
+    const auto lookups = st.hits + st.misses;
+    st.hit_ratio = lookups == 0 ? 0.0 : static_cast<double>(st.hits) / static_cast<double>(lookups);
+    return st;
+  }
+
+  /// @brief The number of entries (including expired ones not yet dropped).
+  std::size_t size() const {
+    std::size_t n = 0;
+    for (std::size_t si = 0; si < shard_count_; ++si) {
+      std::lock_guard lock(shards_[si].mutex);
+      n += shards_[si].count;
+    }
+    return n;
+  }
+
+  /// @brief The options in use, with shards and weigher filled in.
+  const options& config() const noexcept { return opts_; }
+
+  /// @brief Bytes of metadata in one slot, the fixed part of the per-entry cost.
+  static constexpr std::size_t slot_bytes() noexcept { return sizeof(entry); }
+
+ private:
+  static constexpr std::uint32_t nil = std::numeric_limits<std::uint32_t>::max();
+  static constexpr std::uint32_t weight_bits = 30;
+  static constexpr std::size_t max_weight = (std::size_t{1} << weight_bits) - 1;
+  static constexpr std::uint32_t max_slots_per_shard = std::uint32_t{1} << 30;
+  enum : std::uint32_t { window = 0, probation = 1, protected_ = 2 };
+
+  struct entry {
+    Key key{};
+    pointer value;                 // null when the slot is free
+    std::int64_t expiry = 0;       // Clock ticks since its epoch; 0 for never
+    std::uint32_t prev = nil;      // LRU list
+    std::uint32_t next = nil;      // LRU list, or the free list
+    std::uint32_t chain = nil;     // next slot in the same index bucket
+    std::uint32_t weight_seg = 0;  // weight in the low 30 bits, segment in the top 2
+
+    std::size_t weight() const noexcept { return weight_seg & max_weight; }
+    std::uint32_t segment() const noexcept { return weight_seg >> weight_bits; }
+    void set(std::size_t w, std::uint32_t seg) noexcept {
+      weight_seg = static_cast<std::uint32_t>(w) | (seg << weight_bits);
+    }
+  };
+
+  struct segment_list {
+    std::uint32_t head = nil;
+    std::uint32_t tail = nil;
+    std::size_t cost = 0;
+  };
+
+  struct counters {
+    std::uint64_t hits = 0, misses = 0, puts = 0, evictions_size = 0, evictions_expired = 0,
+                  evictions_explicit = 0, replacements = 0, rejected_oversize = 0, loads = 0, load_waits = 0,
+                  load_failures = 0;
+  };
+
+  struct no_sketch {
+    std::size_t bytes() const noexcept { return 0; }
+  };
+  using sketch_type = std::conditional_t<tinylfu, detail::frequency_sketch, no_sketch>;
+
+  // Aligned so that two shards' locks never share a cache line.
+  struct alignas(64) shard {
+    mutable std::mutex mutex;
+    std::vector<entry> slab;
+    std::vector<std::uint32_t> buckets;
+    std::uint32_t free_head = nil;
+    segment_list seg[3];
+    std::size_t count = 0;
+    std::size_t bytes = 0;
+    std::size_t max_count = 0;
+    std::size_t max_bytes = 0;
+    std::size_t window_max = 0;
+    std::size_t main_max = 0;
+    std::size_t protected_max = 0;
+    counters c;
+    std::unordered_map<Key, std::shared_future<pointer>> flights;
+    [[no_unique_address]] sketch_type sketch;
+  };
+
+  struct evicted {
+    Key key{};
+    pointer value;
+    eviction_cause cause{};
+  };
+
+  // Evicted values are released, and the callback called, after the lock is dropped. Most
+  // operations evict at most two entries, which fit without allocating.
+  class eviction_list {
+   public:
+    void push(const Key& k, pointer v, eviction_cause c) {
+      if (n_ < 2) {
+        inline_[n_++] = evicted{k, std::move(v), c};
+      } else {
+        more_.push_back(evicted{k, std::move(v), c});
+      }
+    }
+    template <class F>
+    void for_each(F&& f) {
+      for (std::size_t i = 0; i < n_; ++i) f(inline_[i]);
+      for (auto& e : more_) f(e);
+    }
+    bool empty() const noexcept { return n_ == 0; }
+
+   private:
+    evicted inline_[2];
+    std::size_t n_ = 0;
+    std::vector<evicted> more_;
+  };
+
+  void validate_and_complete() {
+    const std::string where = "frugal::lru_cache: ";
+    if (opts_.max_entries == 0 && opts_.max_bytes == 0)
+      throw std::invalid_argument(where +
+                                  "options.max_entries and options.max_bytes are both 0; set at least one");
+    if (opts_.ttl < std::chrono::nanoseconds::zero())
+      throw std::invalid_argument(where + "options.ttl must be >= 0");
+    if (opts_.shards != 0 && !std::has_single_bit(opts_.shards))
+      throw std::invalid_argument(where + "options.shards must be a power of two (or 0 for automatic), got " +
+                                  std::to_string(opts_.shards));
+    if (opts_.shards != 0 && opts_.max_entries != 0 && opts_.shards > opts_.max_entries)
+      throw std::invalid_argument(where + "options.shards (" + std::to_string(opts_.shards) +
+                                  ") must not exceed options.max_entries (" +
+                                  std::to_string(opts_.max_entries) + ")");
+    if (opts_.shards != 0 && opts_.max_bytes != 0 && opts_.shards > opts_.max_bytes)
+      throw std::invalid_argument(where + "options.shards (" + std::to_string(opts_.shards) +
+                                  ") must not exceed options.max_bytes (" + std::to_string(opts_.max_bytes) +
+                                  ")");
+    if (opts_.shards == 0) {
+      std::size_t n = 16;
+      while (n > 1 && opts_.max_entries != 0 && opts_.max_entries / n < 64) n /= 2;
+      while (n > 1 && opts_.max_bytes != 0 && opts_.max_bytes / n < (std::size_t{1} << 20)) n /= 2;
+      opts_.shards = n;
+    }
+    if (opts_.max_entries / opts_.shards >= max_slots_per_shard)
+      throw std::invalid_argument(where +
+                                  "options.max_entries must be below 2^30 per shard; raise options.shards");
+    if (!opts_.weigher) {
+      if constexpr (detail::has_default_weigher<V>) {
+        opts_.weigher = [](const V& v) -> std::size_t { return default_weigher<V>{}(v); };
+      } else if (opts_.max_bytes != 0) {
+        throw std::invalid_argument(where +
+                                    "options.weigher is required when options.max_bytes is set and the "
+                                    "value type has no frugal::default_weigher");
+      }
+    }
+    shard_count_ = opts_.shards;
+  }
+
+  void init_shard(shard& s, std::size_t index) {
+    // Limits are split evenly; the first shards take the remainder.
+    const auto share = [&](std::size_t total) {
+      return total / shard_count_ + (index < total % shard_count_ ? 1 : 0);
+    };
+    s.max_count = share(opts_.max_entries);
+    s.max_bytes = share(opts_.max_bytes);
+    s.buckets.assign(s.max_count != 0 ? std::bit_ceil(s.max_count + 1) : 16, nil);
+    if constexpr (tinylfu) {
+      const std::size_t capacity = s.max_count != 0 ? s.max_count : s.max_bytes;
+      s.window_max = std::max<std::size_t>(1, capacity * Admission::window_percent / 100);
+      s.main_max = capacity > s.window_max ? capacity - s.window_max : 0;
+      s.protected_max = s.main_max * Admission::protected_percent / 100;
+      s.sketch.resize(s.max_count != 0 ? s.max_count : 1024);
+    }
+  }
+
+  shard& shard_for(const Key& key) const noexcept {
+    // Bits 40 and up pick the shard; the index uses the low bits, so the two stay independent.
+    return shards_[(detail::key_high(key) >> 40) & (shard_count_ - 1)];
+  }
+
+  static void check_ttl(std::chrono::nanoseconds ttl, const char* fn) {
+    if (ttl < std::chrono::nanoseconds::zero())
+      throw std::invalid_argument(std::string("frugal::lru_cache::") + fn + ": ttl must be >= 0");
+  }
+
+  std::int64_t now_ticks() const {
+    return static_cast<std::int64_t>(clock_.now().time_since_epoch().count());
+  }
+
+  std::int64_t expiry_for(std::chrono::nanoseconds ttl) const {
+    const auto effective = ttl == std::chrono::nanoseconds::zero() ? opts_.ttl : ttl;
+    if (effective <= std::chrono::nanoseconds::zero() || effective == std::chrono::nanoseconds::max())
+      return 0;
+    const auto d = std::chrono::duration_cast<typename Clock::duration>(effective).count();
+    const std::int64_t now = now_ticks();
+    if (d > std::numeric_limits<std::int64_t>::max() - now) return 0;
+    return std::max<std::int64_t>(1, now + static_cast<std::int64_t>(d));
+  }
+
+  std::size_t weigh(const V& v) const { return opts_.weigher ? opts_.weigher(v) : sizeof(V); }
+
+  std::size_t cost_of(const shard& s, std::size_t weight) const noexcept {
+    return s.max_count != 0 ? 1 : weight;
+  }
+
+  static std::size_t bucket_of(const shard& s, const Key& key) noexcept {
+    return static_cast<std::size_t>(detail::key_low(key)) & (s.buckets.size() - 1);
+  }
+
+  static std::uint32_t find(const shard& s, const Key& key) noexcept {
+    std::uint32_t i = s.buckets[bucket_of(s, key)];
+    while (i != nil && !(s.slab[i].key == key)) i = s.slab[i].chain;
+    return i;
+  }
+
+  void link_front(shard& s, std::uint32_t i, std::uint32_t seg) noexcept {
+    entry& e = s.slab[i];
+    segment_list& l = s.seg[seg];
+    e.set(e.weight(), seg);
+    e.prev = nil;
+    e.next = l.head;
+    if (l.head != nil) s.slab[l.head].prev = i;
+    l.head = i;
+    if (l.tail == nil) l.tail = i;
+    l.cost += cost_of(s, e.weight());
+  }
+
+  void unlink(shard& s, std::uint32_t i) noexcept {
+    entry& e = s.slab[i];
+    segment_list& l = s.seg[e.segment()];
+    if (e.prev != nil)
+      s.slab[e.prev].next = e.next;
+    else
+      l.head = e.next;
+    if (e.next != nil)
+      s.slab[e.next].prev = e.prev;
+    else
+      l.tail = e.prev;
+    l.cost -= cost_of(s, e.weight());
+  }
+
+  void move_front(shard& s, std::uint32_t i, std::uint32_t seg) noexcept {
+    if (s.seg[seg].head == i && s.slab[i].segment() == seg) return;
+    unlink(s, i);
+    link_front(s, i, seg);
+  }
+
+  std::uint32_t allocate_slot(shard& s) {
+    if (s.free_head != nil) {
+      const std::uint32_t i = s.free_head;
+      s.free_head = s.slab[i].next;
+      return i;
+    }
+    if (s.slab.size() >= max_slots_per_shard)
+      throw std::length_error("frugal::lru_cache: more than 2^30 entries in one shard; raise options.shards");
+    if (s.slab.size() == s.slab.capacity()) {
+      std::size_t want = std::max<std::size_t>(16, 2 * s.slab.capacity());
+      // One slot above the limit: an insert is made before the eviction it causes.
+      if (s.max_count != 0) want = std::min(want, s.max_count + 1);
+      s.slab.reserve(want);
+    }
+    s.slab.emplace_back();
+    return static_cast<std::uint32_t>(s.slab.size() - 1);
+  }
+
+  void grow_index(shard& s) {
+    std::vector<std::uint32_t> buckets(2 * s.buckets.size(), nil);
+    s.buckets.swap(buckets);
+    for (std::uint32_t i = 0; i < s.slab.size(); ++i) {
+      entry& e = s.slab[i];
+      if (!e.value) continue;
+      std::uint32_t& head = s.buckets[bucket_of(s, e.key)];
+      e.chain = head;
+      head = i;
+    }
+  }
+
+  void remove(shard& s, std::uint32_t i, eviction_cause cause, eviction_list& ev) {
+    entry& e = s.slab[i];
+    std::uint32_t* link = &s.buckets[bucket_of(s, e.key)];
+    while (*link != i) link = &s.slab[*link].chain;
+    *link = e.chain;
+    unlink(s, i);
+    --s.count;
+    s.bytes -= e.weight();
+    switch (cause) {
+      case eviction_cause::size:
+        ++s.c.evictions_size;
+        break;
+      case eviction_cause::expired:
+        ++s.c.evictions_expired;
+        break;
+      case eviction_cause::erased:
+        ++s.c.evictions_explicit;
+        break;
+      case eviction_cause::replaced:
+        ++s.c.replacements;
+        break;
+    }
+    ev.push(e.key, std::move(e.value), cause);
+    e.value.reset();
+    e.expiry = 0;
+    e.chain = nil;
+    e.prev = nil;
+    e.next = s.free_head;
+    s.free_head = i;
+  }
+
+  void record_access(shard& s, const Key& key) noexcept {
+    if constexpr (tinylfu) s.sketch.increment(detail::key_low(key));
+  }
+
+  void touch(shard& s, std::uint32_t i) noexcept {
+    if constexpr (tinylfu) {
+      switch (s.slab[i].segment()) {
+        case window:
+          move_front(s, i, window);
+          break;
+        case probation:
+          move_front(s, i, protected_);
+          while (s.seg[protected_].cost > s.protected_max && s.seg[protected_].tail != i)
+            move_front(s, s.seg[protected_].tail, probation);
+          break;
+        default:
+          move_front(s, i, protected_);
+          break;
+      }
+    } else {
+      move_front(s, i, window);
+    }
+  }
+
+  pointer lookup_locked(shard& s, const Key& key, eviction_list& ev) {
+    record_access(s, key);
+    const std::uint32_t i = find(s, key);
+    if (i == nil) {
+      ++s.c.misses;
+      return {};
+    }
+    entry& e = s.slab[i];
+    if (e.expiry != 0 && now_ticks() >= e.expiry) {
+      remove(s, i, eviction_cause::expired, ev);
+      ++s.c.misses;
+      return {};
+    }
+    touch(s, i);
+    ++s.c.hits;
+    return e.value;
+  }
+
+  bool over_limit(const shard& s) const noexcept {
+    return (s.max_count != 0 && s.count > s.max_count) || (s.max_bytes != 0 && s.bytes > s.max_bytes);
+  }
+
+  // The next entry to go when over a limit; never `keep`, the entry just written.
+  std::uint32_t pick_victim(const shard& s, std::uint32_t keep) const noexcept {
+    const std::uint32_t order[3] = {probation, protected_, window};
+    for (std::uint32_t seg : order) {
+      std::uint32_t t = s.seg[seg].tail;
+      if (t == keep) t = s.slab[t].prev;
+      if (t != nil) return t;
+    }
+    return nil;
+  }
+
+  void make_room(shard& s, std::uint32_t keep, eviction_list& ev) {
+    if constexpr (tinylfu) {
+      // Entries leaving the window join probation; once the main space is full, the candidate must be
+      // more frequent than probation's LRU end to stay.
+      while (s.seg[window].cost > s.window_max && s.seg[window].tail != keep) {
+        const std::uint32_t candidate = s.seg[window].tail;
+        move_front(s, candidate, probation);
+        if (s.seg[probation].cost + s.seg[protected_].cost <= s.main_max) continue;
+        std::uint32_t victim = s.seg[probation].tail;
+        if (victim == candidate || victim == keep) victim = s.seg[protected_].tail;
+        if (victim == nil || victim == keep) continue;
+        const unsigned fc = s.sketch.estimate(detail::key_low(s.slab[candidate].key));
+        const unsigned fv = s.sketch.estimate(detail::key_low(s.slab[victim].key));
+        remove(s, fc > fv ? victim : candidate, eviction_cause::size, ev);
+      }
+    }
+    while (over_limit(s)) {
+      const std::uint32_t victim = pick_victim(s, keep);
+      if (victim == nil) break;
+      remove(s, victim, eviction_cause::size, ev);
+    }
+  }
+
+  bool store_locked(shard& s, const Key& key, pointer value, std::size_t w, std::int64_t expiry,
+                    eviction_list& ev) {
+    std::uint32_t i = find(s, key);
+    if (w > max_weight || (s.max_bytes != 0 && w > s.max_bytes)) {
+      // The old value must not outlive the newer one the caller meant to store.
+      if (i != nil) remove(s, i, eviction_cause::replaced, ev);
+      ++s.c.rejected_oversize;
+      return false;
+    }
+    ++s.c.puts;
+    if (i != nil) {
+      entry& e = s.slab[i];
+      const std::uint32_t seg = e.segment();
+      unlink(s, i);
+      ++s.c.replacements;
+      ev.push(e.key, std::move(e.value), eviction_cause::replaced);
+      s.bytes = s.bytes - e.weight() + w;
+      e.value = std::move(value);
+      e.expiry = expiry;
+      e.set(w, seg);
+      link_front(s, i, seg);
+    } else {
+      record_access(s, key);
+      i = allocate_slot(s);
+      entry& e = s.slab[i];
+      e.key = key;
+      e.value = std::move(value);
+      e.expiry = expiry;
+      e.set(w, window);
+      std::uint32_t& head = s.buckets[bucket_of(s, key)];
+      e.chain = head;
+      head = i;
+      link_front(s, i, window);
+      ++s.count;
+      s.bytes += w;
+      if (s.count > s.buckets.size()) grow_index(s);
+      if constexpr (tinylfu) {
+        if (s.max_count == 0 && s.count > s.sketch.width()) s.sketch.resize(2 * s.sketch.width());
+      }
+    }
+    make_room(s, i, ev);
+    return true;
+  }
+
+  bool put_pointer(const Key& key, pointer value, std::size_t w, std::chrono::nanoseconds ttl) {
+    check_ttl(ttl, "put");
+    const std::int64_t expiry = expiry_for(ttl);
+    shard& s = shard_for(key);
+    eviction_list ev;
+    std::unique_lock lock(s.mutex);
+    const bool stored = store_locked(s, key, std::move(value), w, expiry, ev);
+    lock.unlock();
+    notify(ev);
+    return stored;
+  }
+
+  // A hit returns the value. Otherwise either `other` becomes the future of a compute already running,
+  // or this caller becomes the one to compute, with its promise's future registered for the others.
+  pointer begin_load(shard& s, const Key& key, std::promise<pointer>& promise,
+                     std::shared_future<pointer>& other) {
+    eviction_list ev;
+    std::unique_lock lock(s.mutex);
+    pointer hit = lookup_locked(s, key, ev);
+    if (!hit) {
+      auto it = s.flights.find(key);
+      if (it != s.flights.end()) {
+        other = it->second;
+        ++s.c.load_waits;
+      } else {
+        s.flights.emplace(key, promise.get_future().share());
+        ++s.c.loads;
+      }
+    }
+    lock.unlock();
+    notify(ev);
+    return hit;
+  }
+
+  std::shared_future<pointer> find_flight(shard& s, const Key& key) {
+    std::lock_guard lock(s.mutex);
+    return s.flights.at(key);
+  }
+
+  template <class F>
+  pointer run_load(shard& s, const Key& key, F& fn, std::chrono::nanoseconds ttl,
+                   std::promise<pointer>& promise) {
+    eviction_list ev;
+    pointer result;
+    try {
+      result = std::make_shared<const V>(std::invoke(fn));
+      const std::size_t w = weigh(*result);
+      const std::int64_t expiry = expiry_for(ttl);
+      std::lock_guard lock(s.mutex);
+      store_locked(s, key, result, w, expiry, ev);
+      s.flights.erase(key);
+    } catch (...) {
+      {
+        std::lock_guard lock(s.mutex);
+        s.flights.erase(key);
+        ++s.c.load_failures;
+      }
+      promise.set_exception(std::current_exception());
+      throw;
+    }
+    promise.set_value(result);
+    notify(ev);
+    return result;
+  }
+
+  void notify(eviction_list& ev) {
+    if (ev.empty() || !opts_.on_evict) return;
+    ev.for_each([this](evicted& e) { opts_.on_evict(e.key, e.value, e.cause); });
+  }
+
+  options opts_;
+  Clock clock_;
+  std::size_t shard_count_ = 1;
+  std::unique_ptr<shard[]> shards_;
+  std::mutex async_mutex_;
+  std::condition_variable async_cv_;
+  std::size_t async_pending_ = 0;
+};
+
+/// @brief An lru_cache keyed by key64, for small caches (see key64 for the collision risk).
+template <class V, class Admission = lru_admission, class Clock = std::chrono::steady_clock>
+using lru_cache64 = lru_cache<V, Admission, Clock, key64>;
+
+FRUGAL_END_NAMESPACE
