@@ -1,0 +1,969 @@
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <stdexcept>
+#include <stop_token>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "frugal/batcher/detail/histogram.hpp"
+#include "frugal/batcher/detail/inline_function.hpp"
+#include "frugal/batcher/detail/ring.hpp"
+#include "frugal/batcher/errors.hpp"
+#include "frugal/batcher/options.hpp"
+#include "frugal/batcher/policy.hpp"
+#include "frugal/clock.hpp"
+#include "frugal/config.hpp"
+
+FRUGAL_BEGIN_NAMESPACE
+
+/// @brief Identifies a submitted request, for cancel().
+using request_id = std::uint64_t;
+
+/// @brief A future together with the id that cancels its request.
+template <class Result>
+struct ticket {
+  std::future<Result> result;
+  request_id id = 0;
+};
+
+/// @brief Groups requests into batches for a model loop the user owns. Producers call submit() from any
+/// thread; worker threads pull batches with next_batch() (blocking) or try_next_batch() and hand the
+/// results back with batch::fulfill(). Every submitted request resolves exactly once: with its result, a
+/// batch_error naming the cause, or the exception the worker failed it with.
+///
+/// A batch is due when max_batch requests (or max_batch_cost weight) are queued, when the policy says so
+/// (fixed_window: the oldest request has waited options.window since its submit), or at once after close().
+template <class Request, class Result, class Policy = fixed_window, class Clock = std::chrono::steady_clock>
+requires batch_policy<Policy>
+class batcher {
+ public:
+  using request_type = Request;
+  using result_type = Result;
+  using policy_type = Policy;
+  using clock_type = Clock;
+  using time_point = typename Clock::time_point;
+  using duration = typename Clock::duration;
+  using submit_options = basic_submit_options<time_point>;
+  /// @brief The callback form's completion; it runs on the thread that resolves the request (usually a
+  /// worker inside fulfill) and must not throw.
+  using callback = detail::inline_function<void(outcome<Result>)>;
+  class batch;
+
+ private:
+  struct node {
+    Request request;
+    callback done;
+    time_point arrival;
+    time_point deadline;
+    std::stop_token stop;
+    std::uint64_t weight;
+    request_id id;
+    bool dead;  // cancelled by id: already resolved and uncounted, popped once it reaches the front
+  };
+
+  struct buffers {
+    std::vector<Request> requests;
+    std::vector<callback> done;
+    std::vector<time_point> arrival;
+    std::vector<std::int64_t> latency;  // end-to-end ns of a completed item, -1 otherwise
+    std::vector<unsigned char> state;   // 0 pending, 1 resolved, 2 being resolved now
+    void clear() noexcept {
+      requests.clear();
+      done.clear();
+      arrival.clear();
+      latency.clear();
+      state.clear();
+    }
+  };
+
+  struct dropped_request {
+    callback done;
+    batch_errc code;
+  };
+  using dropped_list = std::vector<dropped_request>;
+
+  // Shared with the batches handed out, so a batch may outlive its batcher.
+  struct core {
+    core(batcher_options o, Clock c, Policy p)
+        : clock(std::move(c)), opt(std::move(o)), policy(std::move(p)), levels(opt.priority_levels) {
+      cap = effective_cap(opt);
+    }
+
+    Clock clock;
+
+    // Queue state, guarded by m.
+    std::mutex m;
+    std::condition_variable work_cv;
+    std::condition_variable space_cv;
+    batcher_options opt;
+    std::size_t cap = 0;
+    Policy policy;
+    std::vector<detail::ring<node>> levels;
+    std::size_t live = 0;
+    std::uint64_t live_cost = 0;
+    std::size_t waiting_workers = 0;
+    std::size_t blocked_producers = 0;
+    bool closed = false;
+    request_id next_id = 1;
+    std::uint64_t arrivals = 0, submitted = 0, batch_seq = 0;
+    std::uint64_t f_deadline = 0, f_cancelled = 0, f_queue_full = 0, f_closed = 0, f_timeout = 0;
+    std::vector<std::uint64_t> sizes;
+    double fill_sum = 0;
+    // Written under m (hand-out) and under sm (resolution); stats() holds both.
+    std::atomic<std::size_t> in_flight{0}, in_flight_batches{0};
+
+    // Resolution statistics and spare batch buffers, guarded by sm.
+    std::mutex sm;
+    std::uint64_t completed = 0, f_abandoned = 0, f_mismatch = 0, f_model = 0, finished_batches = 0;
+    std::int64_t run_time_sum = 0;
+    detail::latency_histogram queue_wait, end_to_end;
+    std::vector<std::unique_ptr<buffers>> spare;
+  };
+
+ public:
+  /// @brief A batch handed to one worker. Resolve it with fulfill() or fail(); destroying it unresolved
+  /// fails what is left with abandoned. It measures its run time (hand-out to resolution) on the batcher's
+  /// clock for learning policies, unless the worker reports one with report_duration().
+  class batch {
+   public:
+    batch(batch&&) noexcept = default;
+    batch& operator=(batch&& o) noexcept {
+      if (this != &o) {
+        release();
+        core_ = std::move(o.core_);
+        buf_ = std::move(o.buf_);
+        pending_ = o.pending_;
+        bucket_ = o.bucket_;
+        cost_ = o.cost_;
+        id_ = o.id_;
+        max_batch_ = o.max_batch_;
+        handed_out_ = o.handed_out_;
+        oldest_ = o.oldest_;
+        reported_ = o.reported_;
+        counts_ = o.counts_;
+      }
+      return *this;
+    }
+    batch(const batch&) = delete;
+    batch& operator=(const batch&) = delete;
+    ~batch() { release(); }
+
+    /// @brief The requests, highest priority first, FIFO within a priority. The worker may move from them.
+    std::span<Request> requests() noexcept { return buf_->requests; }
+    std::span<const Request> requests() const noexcept { return buf_->requests; }
+    std::size_t size() const noexcept { return buf_->requests.size(); }
+    /// @brief The allowed size this batch belongs to (>= size(); pad to it for a static engine). Without
+    /// allowed_sizes it equals size().
+    std::size_t bucket() const noexcept { return bucket_; }
+    /// @brief The summed weight of its requests.
+    std::uint64_t cost() const noexcept { return cost_; }
+    /// @brief 1, 2, ... in hand-out order.
+    std::uint64_t id() const noexcept { return id_; }
+    /// @brief max_batch when it was cut; size() / max_batch() is its fill ratio.
+    std::size_t max_batch() const noexcept { return max_batch_; }
+    time_point handed_out() const noexcept { return handed_out_; }
+    /// @brief How long its oldest request waited in the queue.
+    std::chrono::nanoseconds queue_wait() const noexcept {
+      return std::chrono::duration_cast<std::chrono::nanoseconds>(handed_out_ - oldest_);
+    }
+    /// @brief Requests not yet resolved.
+    std::size_t pending() const noexcept { return pending_; }
+
+    /// @brief Replaces the measured run time that learning policies see (e.g. the GPU time alone).
+    void report_duration(duration d) noexcept { reported_ = d; }
+
+    /// @brief Delivers results[i] to request i, skipping items already failed with fail(i, e). If the
+    /// count is not size(), every pending request fails with result_count_mismatch and this throws it.
+    void fulfill(std::vector<Result>&& results) {
+      require_pending("fulfill");
+      if (results.size() != size()) {
+        const std::string what = "frugal::batcher::batch::fulfill: got " + std::to_string(results.size()) +
+                                 " results for a batch of " + std::to_string(size()) + " requests";
+        resolve_rest(std::make_exception_ptr(batch_error(batch_errc::result_count_mismatch, what)),
+                     counts_.mismatch);
+        throw batch_error(batch_errc::result_count_mismatch, what);
+      }
+      buffers& b = *buf_;
+      const time_point now = core_->clock.now();
+      const std::size_t n = size();
+      for (std::size_t i = 0; i < n; ++i) {
+        if (b.state[i] != 0) continue;
+        b.state[i] = 2;
+        b.latency[i] = std::chrono::duration_cast<std::chrono::nanoseconds>(now - b.arrival[i]).count();
+        ++counts_.completed;
+      }
+      pending_ = 0;
+      finish(now);
+      for (std::size_t i = 0; i < n; ++i) {
+        if (b.state[i] != 2) continue;
+        b.state[i] = 1;
+        deliver(b.done[i], outcome<Result>(std::move(results[i])));
+      }
+    }
+
+    /// @brief Delivers one result.
+    void fulfill(std::size_t i, Result result) {
+      require_item(i, "fulfill");
+      buffers& b = *buf_;
+      const time_point now = core_->clock.now();
+      b.state[i] = 1;
+      b.latency[i] = std::chrono::duration_cast<std::chrono::nanoseconds>(now - b.arrival[i]).count();
+      ++counts_.completed;
+      deliver(b.done[i], outcome<Result>(std::move(result)));
+      if (--pending_ == 0) finish(now);
+    }
+
+    /// @brief Fails every pending request with e (e.g. std::current_exception() from the model).
+    void fail(std::exception_ptr e) {
+      require_pending("fail");
+      resolve_rest(std::move(e), counts_.model);
+    }
+
+    /// @brief Fails request i alone, for a model that rejects one input; fulfill() then skips it.
+    void fail(std::size_t i, std::exception_ptr e) {
+      require_item(i, "fail");
+      buffers& b = *buf_;
+      b.state[i] = 1;
+      ++counts_.model;
+      deliver(b.done[i], outcome<Result>(std::move(e)));
+      if (--pending_ == 0) finish(core_->clock.now());
+    }
+
+   private:
+    friend class batcher;
+    struct resolution_counts {
+      std::uint64_t completed = 0, model = 0, abandoned = 0, mismatch = 0;
+    };
+
+    batch(std::shared_ptr<core> c, std::unique_ptr<buffers> b, std::size_t bucket, std::uint64_t cost,
+          std::uint64_t id, std::size_t max_batch, time_point handed_out, time_point oldest)
+        : core_(std::move(c)),
+          buf_(std::move(b)),
+          pending_(buf_->requests.size()),
+          bucket_(bucket),
+          cost_(cost),
+          id_(id),
+          max_batch_(max_batch),
+          handed_out_(handed_out),
+          oldest_(oldest) {
+      buf_->latency.assign(pending_, -1);
+      buf_->state.assign(pending_, 0);
+    }
+
+    void require_pending(const char* what) const {
+      if (!buf_)
+        throw std::logic_error(std::string("frugal::batcher::batch::") + what + ": moved-from batch");
+      if (pending_ == 0)
+        throw std::logic_error(std::string("frugal::batcher::batch::") + what +
+                               ": the batch is already resolved");
+    }
+    void require_item(std::size_t i, const char* what) const {
+      require_pending(what);
+      if (i >= size())
+        throw std::out_of_range(std::string("frugal::batcher::batch::") + what + ": index " +
+                                std::to_string(i) + " is out of range for a batch of " +
+                                std::to_string(size()));
+      if (buf_->state[i] != 0)
+        throw std::logic_error(std::string("frugal::batcher::batch::") + what + ": request " +
+                               std::to_string(i) + " is already resolved");
+    }
+
+    static void deliver(callback& cb, outcome<Result>&& o) noexcept {
+      cb(std::move(o));
+      cb.reset();
+    }
+
+    void resolve_rest(std::exception_ptr e, std::uint64_t& counter) {
+      buffers& b = *buf_;
+      const std::size_t n = size();
+      for (std::size_t i = 0; i < n; ++i) {
+        if (b.state[i] != 0) continue;
+        b.state[i] = 2;
+        ++counter;
+      }
+      pending_ = 0;
+      finish(core_->clock.now());
+      for (std::size_t i = 0; i < n; ++i) {
+        if (b.state[i] != 2) continue;
+        b.state[i] = 1;
+        deliver(b.done[i], outcome<Result>(e));
+      }
+    }
+
+    // Statistics go in before the last deliveries, so a caller that saw every result sees them counted.
+    void finish(time_point now) {
+      core& c = *core_;
+      buffers& b = *buf_;
+      const auto run_time = std::chrono::duration_cast<std::chrono::nanoseconds>(
+          reported_ ? *reported_ : static_cast<duration>(now - handed_out_));
+      {
+        std::lock_guard g(c.sm);
+        c.completed += counts_.completed;
+        c.f_model += counts_.model;
+        c.f_abandoned += counts_.abandoned;
+        c.f_mismatch += counts_.mismatch;
+        ++c.finished_batches;
+        c.run_time_sum += run_time.count();
+        for (std::size_t i = 0; i < b.arrival.size(); ++i) {
+          c.queue_wait.record(
+              std::chrono::duration_cast<std::chrono::nanoseconds>(handed_out_ - b.arrival[i]).count());
+          if (b.latency[i] >= 0) c.end_to_end.record(b.latency[i]);
+        }
+        c.in_flight.fetch_sub(b.arrival.size(), std::memory_order_relaxed);
+        c.in_flight_batches.fetch_sub(1, std::memory_order_relaxed);
+      }
+      if constexpr (learning_policy<Policy>) {
+        std::lock_guard g(c.m);
+        c.policy.on_batch_done(batch_report{size(), cost_, run_time});
+      }
+    }
+
+    void release() noexcept {
+      if (!buf_) return;
+      if (pending_ != 0) resolve_rest(detail::batch_error_ptr(batch_errc::abandoned), counts_.abandoned);
+      buf_->clear();
+      std::lock_guard g(core_->sm);
+      if (core_->spare.size() < 16) core_->spare.push_back(std::move(buf_));
+      buf_.reset();
+    }
+
+    std::shared_ptr<core> core_;
+    std::unique_ptr<buffers> buf_;
+    std::size_t pending_ = 0;
+    std::size_t bucket_ = 0;
+    std::uint64_t cost_ = 0;
+    std::uint64_t id_ = 0;
+    std::size_t max_batch_ = 0;
+    time_point handed_out_{};
+    time_point oldest_{};
+    std::optional<duration> reported_{};
+    resolution_counts counts_{};
+  };
+
+  /// @brief Validates the options (std::invalid_argument naming the field) and starts empty.
+  explicit batcher(batcher_options options = {}, Clock clock = {}, Policy policy = {})
+      : core_(std::make_shared<core>(validated(std::move(options), "frugal::batcher"), std::move(clock),
+                                     std::move(policy))) {}
+  batcher(const batcher&) = delete;
+  batcher& operator=(const batcher&) = delete;
+  /// @brief Closes with drain::no: what is still queued fails with closed. Join the workers first.
+  ~batcher() { close(drain::no); }
+
+  /// @brief The fast path: enqueues the request and calls done once, with its result or its error. A
+  /// rejected request (closed, queue_full, timeout, already cancelled or expired) gets done called on this
+  /// thread before submit returns. Throws std::invalid_argument for a bad priority or weight.
+  request_id submit(Request request, callback done, submit_options o = {}) {
+    core& c = *core_;
+    const time_point now = c.clock.now();
+    std::unique_lock lk(c.m);
+    check_submit(c, o);
+    const request_id id = c.next_id++;
+    ++c.submitted;
+    std::optional<batch_errc> err;
+    if (c.closed) {
+      err = batch_errc::closed;
+    } else if (o.stop.stop_requested()) {
+      err = batch_errc::cancelled;
+    } else if (o.deadline <= now) {
+      err = batch_errc::deadline_exceeded;
+    } else if (!has_room(c, o.weight)) {
+      err = c.opt.on_overflow == overflow::reject ? std::optional(batch_errc::queue_full)
+                                                  : wait_for_room(c, lk, o, now);
+    }
+    if (err) {
+      count_failure(c, *err);
+      lk.unlock();
+      batch::deliver(done, outcome<Result>(detail::batch_error_ptr(*err)));
+      return id;
+    }
+    const bool was_empty = c.live == 0;
+    const std::uint64_t weight = o.weight;
+    c.levels[o.priority].push_back(
+        node{std::move(request), std::move(done), now, o.deadline, std::move(o.stop), weight, id, false});
+    ++c.live;
+    c.live_cost += weight;
+    ++c.arrivals;
+    const bool wake = c.waiting_workers > 0 && (was_empty || due_on_arrival(c, now));
+    lk.unlock();
+    if (wake) c.work_cv.notify_one();
+    return id;
+  }
+
+  /// @brief The simple form: the future holds the result, a batch_error, or the model's exception.
+  std::future<Result> submit(Request request, submit_options o = {}) {
+    std::promise<Result> p;
+    std::future<Result> f = p.get_future();
+    submit(std::move(request), promise_callback(std::move(p)), std::move(o));
+    return f;
+  }
+
+  /// @brief Like submit, and also returns the id for cancel().
+  ticket<Result> submit_ticket(Request request, submit_options o = {}) {
+    std::promise<Result> p;
+    ticket<Result> t{p.get_future(), 0};
+    t.id = submit(std::move(request), promise_callback(std::move(p)), std::move(o));
+    return t;
+  }
+
+  /// @brief Fails a still-queued request with cancelled at once; false if it already left the queue.
+  bool cancel(request_id id) {
+    core& c = *core_;
+    callback done;
+    {
+      std::unique_lock lk(c.m);
+      for (auto& level : c.levels) {
+        // Ids grow in submit order, and each level is FIFO, so each level is sorted by id.
+        std::size_t lo = 0, hi = level.size();
+        while (lo < hi) {
+          const std::size_t mid = lo + (hi - lo) / 2;
+          if (level[mid].id < id)
+            lo = mid + 1;
+          else
+            hi = mid;
+        }
+        if (lo == level.size() || level[lo].id != id || level[lo].dead) continue;
+        node& x = level[lo];
+        x.dead = true;
+        done = std::move(x.done);
+        --c.live;
+        c.live_cost -= x.weight;
+        ++c.f_cancelled;
+        while (!level.empty() && level.front().dead) level.pop_front();
+        break;
+      }
+      if (!done) return false;
+      notify_after_removal(c, lk);
+    }
+    batch::deliver(done, outcome<Result>(detail::batch_error_ptr(batch_errc::cancelled)));
+    return true;
+  }
+
+  /// @brief Blocks until a batch is due and returns it; empty once the batcher is closed and drained, or
+  /// when stop is requested. On a clock other than steady_clock or system_clock (e.g. manual_clock) it
+  /// cannot sleep until a time point, so it rechecks the clock every millisecond and on wake().
+  std::optional<batch> next_batch(std::stop_token stop = {}) {
+    core& c = *core_;
+    std::unique_ptr<buffers> buf = take_buffers(c);
+    auto on_stop_fn = [&c] {
+      std::lock_guard g(c.m);
+      c.work_cv.notify_all();
+    };
+    std::optional<std::stop_callback<decltype(on_stop_fn)>> on_stop;
+    if (stop.stop_possible()) on_stop.emplace(stop, on_stop_fn);
+    dropped_list dropped;
+    std::unique_lock lk(c.m);
+    for (;;) {
+      if (stop.stop_requested()) break;
+      const time_point now = c.clock.now();
+      const due_info d = evaluate(c, now, dropped);
+      if (d.due) {
+        std::optional<batch> b = cut(c, now, buf, dropped);
+        if (b) {
+          notify_after_cut(c, lk);
+          deliver_all(dropped);
+          return b;
+        }
+      }
+      if (!dropped.empty()) {
+        notify_after_removal(c, lk);
+        deliver_all(dropped);
+        lk.lock();
+        continue;
+      }
+      if (c.closed && c.live == 0) break;
+      ++c.waiting_workers;
+      wait(c.work_cv, lk, d.when);
+      --c.waiting_workers;
+    }
+    lk.unlock();
+    deliver_all(dropped);
+    return_buffers(c, std::move(buf));
+    return std::nullopt;
+  }
+
+  /// @brief Returns a batch only if one is due now; never blocks. For tests, simulations and event loops.
+  std::optional<batch> try_next_batch() {
+    core& c = *core_;
+    std::unique_ptr<buffers> buf = take_buffers(c);
+    dropped_list dropped;
+    std::unique_lock lk(c.m);
+    const time_point now = c.clock.now();
+    std::optional<batch> b;
+    if (evaluate(c, now, dropped).due) b = cut(c, now, buf, dropped);
+    if (b)
+      notify_after_cut(c, lk);
+    else
+      notify_after_removal(c, lk);
+    deliver_all(dropped);
+    if (buf) return_buffers(c, std::move(buf));
+    return b;
+  }
+
+  /// @brief When the next batch will be due if nothing else arrives: now if it is due, empty if the queue is
+  /// empty. Lets a single-threaded driver on a manual clock jump straight to the next event.
+  std::optional<time_point> next_due() {
+    core& c = *core_;
+    dropped_list dropped;
+    std::unique_lock lk(c.m);
+    const time_point now = c.clock.now();
+    const due_info d = evaluate(c, now, dropped);
+    std::optional<time_point> r;
+    if (c.live != 0) r = d.due ? now : d.when;
+    notify_after_removal(c, lk);
+    deliver_all(dropped);
+    return r;
+  }
+
+  /// @brief Fails every queued request that has expired or been cancelled through its stop_token now, instead
+  /// of when a worker reaches it. Returns how many it failed.
+  std::size_t sweep() {
+    core& c = *core_;
+    dropped_list dropped;
+    std::unique_lock lk(c.m);
+    const time_point now = c.clock.now();
+    for (auto& level : c.levels) {
+      for (std::size_t i = 0; i < level.size(); ++i) {
+        node& x = level[i];
+        if (x.dead) continue;
+        const std::optional<batch_errc> why = ineligible(x, now);
+        if (!why) continue;
+        x.dead = true;
+        drop(c, x, *why, dropped);
+      }
+      while (!level.empty() && level.front().dead) level.pop_front();
+    }
+    const std::size_t n = dropped.size();
+    notify_after_removal(c, lk);
+    deliver_all(dropped);
+    return n;
+  }
+
+  /// @brief Stops new submits (they fail with closed) and wakes everyone. With drain::yes everything queued
+  /// is due at once and workers get it; with drain::no it fails with closed. next_batch returns empty once
+  /// the queue is empty.
+  void close(drain d = drain::yes) {
+    core& c = *core_;
+    dropped_list dropped;
+    {
+      std::lock_guard lk(c.m);
+      c.closed = true;
+      if (d == drain::no) {
+        for (auto& level : c.levels) {
+          while (!level.empty()) {
+            node& x = level.front();
+            if (!x.dead) drop(c, x, batch_errc::closed, dropped);
+            level.pop_front();
+          }
+        }
+      }
+    }
+    c.work_cv.notify_all();
+    c.space_cv.notify_all();
+    deliver_all(dropped);
+  }
+
+  bool closed() const {
+    std::lock_guard lk(core_->m);
+    return core_->closed;
+  }
+
+  /// @brief Replaces the settings; they apply from the next batch. priority_levels cannot change.
+  void set_options(batcher_options options) {
+    batcher_options o = validated(std::move(options), "frugal::batcher::set_options");
+    core& c = *core_;
+    {
+      std::lock_guard lk(c.m);
+      if (o.priority_levels != c.opt.priority_levels)
+        throw std::invalid_argument(
+            "frugal::batcher::set_options: options.priority_levels cannot change at run time");
+      c.opt = std::move(o);
+      c.cap = effective_cap(c.opt);
+    }
+    c.work_cv.notify_all();
+    c.space_cv.notify_all();
+  }
+
+  batcher_options options() const {
+    std::lock_guard lk(core_->m);
+    return core_->opt;
+  }
+
+  /// @brief A copy of the policy, e.g. to read what the adaptive policy has learned.
+  Policy policy() const {
+    std::lock_guard lk(core_->m);
+    return core_->policy;
+  }
+
+  const Clock& clock() const noexcept { return core_->clock; }
+
+  /// @brief Requests queued now.
+  std::size_t queue_depth() const {
+    std::lock_guard lk(core_->m);
+    return core_->live;
+  }
+
+  /// @brief Wakes blocked workers and producers so they reread the clock; call it after moving a manual
+  /// clock.
+  void wake() {
+    { std::lock_guard lk(core_->m); }
+    core_->work_cv.notify_all();
+    core_->space_cv.notify_all();
+  }
+
+  batcher_stats stats() const {
+    core& c = *core_;
+    std::scoped_lock lk(c.m, c.sm);
+    batcher_stats s;
+    s.submitted = c.submitted;
+    s.completed = c.completed;
+    s.failed.deadline_exceeded = c.f_deadline;
+    s.failed.cancelled = c.f_cancelled;
+    s.failed.queue_full = c.f_queue_full;
+    s.failed.closed = c.f_closed;
+    s.failed.timeout = c.f_timeout;
+    s.failed.abandoned = c.f_abandoned;
+    s.failed.result_count_mismatch = c.f_mismatch;
+    s.failed.model_error = c.f_model;
+    s.batches = c.batch_seq;
+    s.batch_sizes = c.sizes;
+    s.queue_wait = summary(c.queue_wait);
+    s.end_to_end = summary(c.end_to_end);
+    s.queue_depth = c.live;
+    s.queued_cost = c.live_cost;
+    s.in_flight = c.in_flight.load(std::memory_order_relaxed);
+    s.in_flight_batches = c.in_flight_batches.load(std::memory_order_relaxed);
+    if (c.batch_seq != 0) {
+      std::uint64_t handed = 0;
+      for (std::size_t n = 0; n < c.sizes.size(); ++n) handed += n * c.sizes[n];
+      s.mean_batch_size = static_cast<double>(handed) / static_cast<double>(c.batch_seq);
+      s.mean_fill_ratio = c.fill_sum / static_cast<double>(c.batch_seq);
+    }
+    if (c.finished_batches != 0)
+      s.mean_batch_run_time =
+          std::chrono::nanoseconds(c.run_time_sum / static_cast<std::int64_t>(c.finished_batches));
+    return s;
+  }
+
+ private:
+  struct due_info {
+    bool due;
+    time_point when;
+  };
+
+  static constexpr bool real_time_clock =
+      std::is_same_v<Clock, std::chrono::steady_clock> || std::is_same_v<Clock, std::chrono::system_clock>;
+
+  static batcher_options validated(batcher_options o, const char* who) {
+    auto bad = [who](const char* what) { throw std::invalid_argument(std::string(who) + ": " + what); };
+    if (o.max_batch == 0) bad("options.max_batch must be > 0");
+    if (o.window < std::chrono::nanoseconds::zero()) bad("options.window must be >= 0");
+    if (o.block_timeout < std::chrono::nanoseconds::zero()) bad("options.block_timeout must be >= 0");
+    if (o.priority_levels == 0 || o.priority_levels > 256) bad("options.priority_levels must be in [1, 256]");
+    std::sort(o.allowed_sizes.begin(), o.allowed_sizes.end());
+    o.allowed_sizes.erase(std::unique(o.allowed_sizes.begin(), o.allowed_sizes.end()), o.allowed_sizes.end());
+    if (!o.allowed_sizes.empty() && o.allowed_sizes.front() == 0)
+      bad("options.allowed_sizes must not hold 0");
+    if (!o.allowed_sizes.empty() && o.allowed_sizes.front() > o.max_batch)
+      bad("options.allowed_sizes holds no size <= options.max_batch");
+    if (o.max_queued_cost != 0 && o.max_batch_cost != 0 && o.max_queued_cost < o.max_batch_cost)
+      bad("options.max_queued_cost must be >= options.max_batch_cost, or a full batch could never queue");
+    return o;
+  }
+
+  static std::size_t effective_cap(const batcher_options& o) {
+    if (o.allowed_sizes.empty()) return o.max_batch;
+    auto it = std::upper_bound(o.allowed_sizes.begin(), o.allowed_sizes.end(), o.max_batch);
+    return *std::prev(it);
+  }
+
+  static void check_submit(const core& c, const submit_options& o) {
+    if (o.priority >= c.opt.priority_levels)
+      throw std::invalid_argument("frugal::batcher::submit: options.priority (" + std::to_string(o.priority) +
+                                  ") must be < options.priority_levels (" +
+                                  std::to_string(c.opt.priority_levels) + ")");
+    if (c.opt.max_batch_cost != 0 && o.weight > c.opt.max_batch_cost)
+      throw std::invalid_argument("frugal::batcher::submit: options.weight (" + std::to_string(o.weight) +
+                                  ") exceeds options.max_batch_cost (" +
+                                  std::to_string(c.opt.max_batch_cost) + ")");
+    if (c.opt.max_queued_cost != 0 && o.weight > c.opt.max_queued_cost)
+      throw std::invalid_argument("frugal::batcher::submit: options.weight (" + std::to_string(o.weight) +
+                                  ") exceeds options.max_queued_cost (" +
+                                  std::to_string(c.opt.max_queued_cost) + ")");
+  }
+
+  static callback promise_callback(std::promise<Result>&& p) {
+    return [p = std::move(p)](outcome<Result> o) mutable {
+      if (o)
+        p.set_value(std::move(*o));
+      else
+        p.set_exception(o.error());
+    };
+  }
+
+  static bool has_room(const core& c, std::uint64_t weight) {
+    return (c.opt.max_queued == 0 || c.live < c.opt.max_queued) &&
+           (c.opt.max_queued_cost == 0 || c.live_cost + weight <= c.opt.max_queued_cost);
+  }
+
+  static void count_failure(core& c, batch_errc e) {
+    switch (e) {
+      case batch_errc::deadline_exceeded:
+        ++c.f_deadline;
+        break;
+      case batch_errc::cancelled:
+        ++c.f_cancelled;
+        break;
+      case batch_errc::queue_full:
+        ++c.f_queue_full;
+        break;
+      case batch_errc::closed:
+        ++c.f_closed;
+        break;
+      case batch_errc::timeout:
+        ++c.f_timeout;
+        break;
+      default:
+        break;
+    }
+  }
+
+  static time_point later(time_point now, std::chrono::nanoseconds d) {
+    const auto room = std::chrono::duration_cast<std::chrono::nanoseconds>(time_point::max() - now);
+    if (d >= room) return time_point::max();
+    return now + std::chrono::duration_cast<duration>(d);
+  }
+
+  static void wait(std::condition_variable& cv, std::unique_lock<std::mutex>& lk, time_point until) {
+    if (until == time_point::max()) {
+      cv.wait(lk);
+    } else if constexpr (real_time_clock) {
+      cv.wait_until(lk, until);
+    } else {
+      cv.wait_for(lk, std::chrono::milliseconds(1));
+    }
+  }
+
+  std::optional<batch_errc> wait_for_room(core& c, std::unique_lock<std::mutex>& lk, const submit_options& o,
+                                          time_point start) {
+    const time_point until = later(start, c.opt.block_timeout);
+    ++c.blocked_producers;
+    std::optional<batch_errc> err;
+    for (;;) {
+      if (c.closed) {
+        err = batch_errc::closed;
+        break;
+      }
+      if (has_room(c, o.weight)) break;
+      if (o.stop.stop_requested()) {
+        err = batch_errc::cancelled;
+        break;
+      }
+      if (until != time_point::max() && c.clock.now() >= until) {
+        err = batch_errc::timeout;
+        break;
+      }
+      wait(c.space_cv, lk, until);
+    }
+    --c.blocked_producers;
+    return err;
+  }
+
+  static std::optional<batch_errc> ineligible(const node& x, time_point now) {
+    if (x.deadline <= now) return batch_errc::deadline_exceeded;
+    if (x.stop.stop_requested()) return batch_errc::cancelled;
+    return std::nullopt;
+  }
+
+  static void drop(core& c, node& x, batch_errc why, dropped_list& dropped) {
+    --c.live;
+    c.live_cost -= x.weight;
+    count_failure(c, why);
+    dropped.push_back(dropped_request{std::move(x.done), why});
+  }
+
+  static void purge_fronts(core& c, time_point now, dropped_list& dropped) {
+    for (auto& level : c.levels) {
+      while (!level.empty()) {
+        node& x = level.front();
+        if (!x.dead) {
+          const std::optional<batch_errc> why = ineligible(x, now);
+          if (!why) break;
+          drop(c, x, *why, dropped);
+        }
+        level.pop_front();
+      }
+    }
+  }
+
+  static policy_view view(core& c, time_point now) {
+    time_point oldest = time_point::max();
+    for (auto& level : c.levels)
+      if (!level.empty() && level.front().arrival < oldest) oldest = level.front().arrival;
+    policy_view v;
+    v.now = std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch());
+    v.oldest_wait = oldest == time_point::max()
+                        ? std::chrono::nanoseconds::zero()
+                        : std::chrono::duration_cast<std::chrono::nanoseconds>(now - oldest);
+    v.queued = c.live;
+    v.queued_cost = c.live_cost;
+    v.max_batch = c.cap;
+    v.max_batch_cost = c.opt.max_batch_cost;
+    v.window = c.opt.window;
+    v.in_flight_batches = c.in_flight_batches.load(std::memory_order_relaxed);
+    v.arrivals = c.arrivals;
+    return v;
+  }
+
+  static bool full(const core& c) {
+    return c.live >= c.cap || (c.opt.max_batch_cost != 0 && c.live_cost >= c.opt.max_batch_cost);
+  }
+
+  static bool due_on_arrival(core& c, time_point now) {
+    return c.closed || full(c) || c.policy.wait_for(view(c, now)) <= std::chrono::nanoseconds::zero();
+  }
+
+  static due_info evaluate(core& c, time_point now, dropped_list& dropped) {
+    purge_fronts(c, now, dropped);
+    if (c.live == 0) return {false, time_point::max()};
+    if (c.closed || full(c)) return {true, now};
+    const std::chrono::nanoseconds w = c.policy.wait_for(view(c, now));
+    if (w <= std::chrono::nanoseconds::zero()) return {true, now};
+    time_point when = later(now, w);
+    // Wake for an expiring head as well, so it fails close to its deadline.
+    for (auto& level : c.levels)
+      if (!level.empty() && level.front().deadline < when) when = level.front().deadline;
+    return {false, when};
+  }
+
+  std::optional<batch> cut(core& c, time_point now, std::unique_ptr<buffers>& buf, dropped_list& dropped) {
+    const std::size_t cap = c.cap;
+    const std::uint64_t max_cost = c.opt.max_batch_cost;
+    std::size_t n = 0;
+    std::uint64_t cost = 0;
+    bool stop = false;
+    for (std::size_t l = c.levels.size(); l-- > 0 && !stop;) {
+      auto& level = c.levels[l];
+      for (std::size_t i = 0; i < level.size(); ++i) {
+        const node& x = level[i];
+        if (x.dead || ineligible(x, now)) continue;
+        // A request over max_batch_cost (possible after set_options lowered it) still goes, alone.
+        if (n == cap || (max_cost != 0 && n != 0 && cost + x.weight > max_cost)) {
+          stop = true;
+          break;
+        }
+        ++n;
+        cost += x.weight;
+      }
+    }
+    if (n == 0) return std::nullopt;
+    std::size_t take = n, bucket = n;
+    const auto& allowed = c.opt.allowed_sizes;
+    if (!allowed.empty()) {
+      auto it = std::upper_bound(allowed.begin(), allowed.end(), n);
+      if (it == allowed.begin())
+        bucket = allowed.front();
+      else
+        take = bucket = *std::prev(it);
+    }
+    buffers& b = *buf;
+    std::uint64_t taken_cost = 0;
+    time_point oldest = time_point::max();
+    for (std::size_t l = c.levels.size(); l-- > 0 && b.requests.size() < take;) {
+      auto& level = c.levels[l];
+      while (b.requests.size() < take && !level.empty()) {
+        node& x = level.front();
+        if (!x.dead) {
+          if (const std::optional<batch_errc> why = ineligible(x, now)) {
+            drop(c, x, *why, dropped);
+          } else {
+            b.requests.push_back(std::move(x.request));
+            b.done.push_back(std::move(x.done));
+            b.arrival.push_back(x.arrival);
+            if (x.arrival < oldest) oldest = x.arrival;
+            taken_cost += x.weight;
+            --c.live;
+            c.live_cost -= x.weight;
+          }
+        }
+        level.pop_front();
+      }
+    }
+    purge_fronts(c, now, dropped);
+    const std::size_t size = b.requests.size();
+    if (c.sizes.size() <= size) c.sizes.resize(size + 1);
+    ++c.sizes[size];
+    c.fill_sum += static_cast<double>(size) / static_cast<double>(c.opt.max_batch);
+    c.in_flight.fetch_add(size, std::memory_order_relaxed);
+    c.in_flight_batches.fetch_add(1, std::memory_order_relaxed);
+    const std::uint64_t id = ++c.batch_seq;
+    return batch(core_, std::move(buf), bucket, taken_cost, id, c.opt.max_batch, now, oldest);
+  }
+
+  // Another worker may find the rest due; a blocked producer may find room. Unlocks lk.
+  static void notify_after_cut(core& c, std::unique_lock<std::mutex>& lk) {
+    const bool worker = c.waiting_workers > 0 && c.live > 0;
+    const bool producer = c.blocked_producers > 0;
+    lk.unlock();
+    if (worker) c.work_cv.notify_one();
+    if (producer) c.space_cv.notify_all();
+  }
+
+  static void notify_after_removal(core& c, std::unique_lock<std::mutex>& lk) {
+    const bool producer = c.blocked_producers > 0;
+    lk.unlock();
+    if (producer) c.space_cv.notify_all();
+  }
+
+  static void deliver_all(dropped_list& dropped) noexcept {
+    for (auto& d : dropped) batch::deliver(d.done, outcome<Result>(detail::batch_error_ptr(d.code)));
+    dropped.clear();
+  }
+
+  static std::unique_ptr<buffers> take_buffers(core& c) {
+    std::unique_ptr<buffers> b;
+    {
+      std::lock_guard g(c.sm);
+      if (!c.spare.empty()) {
+        b = std::move(c.spare.back());
+        c.spare.pop_back();
+      }
+    }
+    if (!b) b = std::make_unique<buffers>();
+    return b;
+  }
+
+  static void return_buffers(core& c, std::unique_ptr<buffers> b) {
+    if (!b) return;
+    b->clear();
+    std::lock_guard g(c.sm);
+    if (c.spare.size() < 16) c.spare.push_back(std::move(b));
+  }
+
+  static latency_summary summary(const detail::latency_histogram& h) {
+    latency_summary s;
+    s.count = h.count();
+    s.p50 = std::chrono::nanoseconds(static_cast<std::int64_t>(h.quantile(0.50)));
+    s.p90 = std::chrono::nanoseconds(static_cast<std::int64_t>(h.quantile(0.90)));
+    s.p99 = std::chrono::nanoseconds(static_cast<std::int64_t>(h.quantile(0.99)));
+    s.max = std::chrono::nanoseconds(static_cast<std::int64_t>(h.max()));
+    return s;
+  }
+
+  std::shared_ptr<core> core_;
+};
+
+FRUGAL_END_NAMESPACE
