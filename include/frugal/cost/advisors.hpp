@@ -1,0 +1,325 @@
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "frugal/config.hpp"
+#include "frugal/cost/catalog.hpp"
+#include "frugal/cost/money.hpp"
+#include "frugal/cost/snapshot.hpp"
+
+FRUGAL_BEGIN_NAMESPACE
+namespace cost {
+namespace detail {
+
+// Guards ceil/floor against a product such as 50 * 0.9 / 0.75 landing a hair above or below an integer.
+inline constexpr double advisor_eps = 1e-9;
+
+inline std::chrono::nanoseconds ns_of(double ns) {
+  return std::chrono::nanoseconds(static_cast<std::int64_t>(std::llround(ns)));
+}
+inline money hourly_price(const rate& r) {
+  return r.unit() == rate_unit::second ? r.price() * 3600 : r.price();
+}
+
+}  // namespace detail
+
+/// @brief Replica policy; the defaults follow the Kubernetes HPA.
+struct replica_policy {
+  double target_utilization = 0.70;
+  double tolerance = 0.10;  ///< no change while |utilization / target − 1| <= tolerance
+  int min_replicas = 0;
+  int max_replicas = 6;
+  /// With min_replicas == 0, no traffic for this long scales to zero.
+  std::chrono::nanoseconds scale_to_zero_after = std::chrono::minutes(15);
+};
+
+struct replica_advice {
+  int current = 0;
+  int desired = 0;
+  double ratio = 0;  ///< utilization / target
+  std::string reason;
+};
+
+/// @brief The HPA rule: desired = ceil(current × utilization / target), unchanged within the tolerance,
+/// clamped to [min, max]; zero after `idle_for` >= scale_to_zero_after when min is 0. From zero replicas, any
+/// utilization above zero (pending work) asks for max(1, min).
+inline replica_advice advise_replicas(int current, double utilization, const replica_policy& p = {},
+                                      std::chrono::nanoseconds idle_for = std::chrono::nanoseconds(0)) {
+  const char* who = "frugal::cost::advise_replicas: ";
+  if (!(p.target_utilization > 0 && p.target_utilization <= 1))
+    throw std::invalid_argument(std::string(who) + "policy.target_utilization must be in (0, 1]");
+  if (!(p.tolerance >= 0)) throw std::invalid_argument(std::string(who) + "policy.tolerance must be >= 0");
+  if (p.min_replicas < 0 || p.max_replicas < std::max(1, p.min_replicas))
+    throw std::invalid_argument(std::string(who) +
+                                "policy needs 0 <= min_replicas <= max_replicas, max_replicas >= 1");
+  if (current < 0) throw std::invalid_argument(std::string(who) + "current must be >= 0");
+  if (!(utilization >= 0)) throw std::invalid_argument(std::string(who) + "utilization must be >= 0");
+  if (idle_for.count() < 0) throw std::invalid_argument(std::string(who) + "idle_for must not be negative");
+  replica_advice a;
+  a.current = current;
+  a.ratio = utilization / p.target_utilization;
+  if (p.min_replicas == 0 && idle_for >= p.scale_to_zero_after) {
+    a.desired = 0;
+    a.reason = "no traffic for the scale-to-zero period";
+    return a;
+  }
+  if (current == 0) {
+    a.desired = utilization > 0 ? std::max(1, p.min_replicas) : p.min_replicas;
+    a.reason = utilization > 0 ? "work is pending with no replica" : "at zero with no work";
+    return a;
+  }
+  int desired = current;
+  if (std::abs(a.ratio - 1) <= p.tolerance + detail::advisor_eps) {
+    a.reason = "within tolerance of the target";
+  } else {
+    desired = static_cast<int>(std::ceil(double(current) * a.ratio - detail::advisor_eps));
+    a.reason = "ceil(" + std::to_string(current) + " x " + std::to_string(utilization) + " / " +
+               std::to_string(p.target_utilization) + ")";
+  }
+  if (desired < p.min_replicas) desired = p.min_replicas, a.reason += ", raised to min_replicas";
+  if (desired > p.max_replicas) desired = p.max_replicas, a.reason += ", capped at max_replicas";
+  a.desired = desired;
+  return a;
+}
+
+/// @brief The HPA rule on a snapshot: current = its devices, utilization = fleet utilization, and a window
+/// with no request and no busy time counts as idle for the whole window.
+inline replica_advice advise_replicas(const ledger_snapshot& s, const replica_policy& p = {}) {
+  const bool idle = s.total.requests == 0 && s.total.busy.count() == 0;
+  return advise_replicas(static_cast<int>(s.devices.size()), s.utilization, p,
+                         idle ? s.wall : std::chrono::nanoseconds(0));
+}
+
+/// @brief Weight precision; its bits per parameter size the model's memory.
+enum class precision { fp32, fp16, bf16, fp8, int8, int4 };
+inline constexpr int bits_of(precision p) noexcept {
+  constexpr int bits[] = {32, 16, 16, 8, 8, 4};
+  return bits[static_cast<int>(p)];
+}
+
+struct right_size_request {
+  double parameters_billions = 0;
+  precision weights = precision::fp16;
+  double headroom = 0.20;            ///< extra memory over the weights, for KV cache and activations
+  double required_throughput = 1.0;  ///< in the catalog's relative units (A100 40GB = 1)
+  int max_gpus = 8;                  ///< most GPUs of one type in a deployment (tensor parallel)
+  bool spot = false;                 ///< price at spot where the catalog has a spot price
+};
+
+struct right_size_candidate {
+  std::string name;
+  int gpus = 0;
+  money hourly_cost{};
+  bool fits = false;
+  std::string reason;
+};
+
+struct right_size_advice {
+  bool found = false;
+  right_size_candidate best;
+  std::vector<right_size_candidate> candidates;  ///< feasible first, cheapest first
+  std::uint64_t memory_needed_bytes = 0;
+};
+
+/// @brief The cheapest deployment that fits: memory = parameters × bits / 8 × (1 + headroom); for each type,
+/// gpus = max(ceil(memory / type memory), ceil(throughput / type throughput)) (throughput assumed to scale
+/// linearly), feasible when gpus <= max_gpus; cost = gpus × hourly price. Ties go to fewer GPUs.
+inline right_size_advice advise_right_size(const right_size_request& r,
+                                           const std::vector<gpu_type>& catalog = default_catalog()) {
+  const char* who = "frugal::cost::advise_right_size: ";
+  if (!(r.parameters_billions > 0))
+    throw std::invalid_argument(std::string(who) + "request.parameters_billions must be > 0");
+  if (!(r.headroom >= 0)) throw std::invalid_argument(std::string(who) + "request.headroom must be >= 0");
+  if (!(r.required_throughput > 0))
+    throw std::invalid_argument(std::string(who) + "request.required_throughput must be > 0");
+  if (r.max_gpus < 1) throw std::invalid_argument(std::string(who) + "request.max_gpus must be >= 1");
+  if (catalog.empty()) throw std::invalid_argument(std::string(who) + "the catalog is empty");
+  right_size_advice a;
+  const double bytes = r.parameters_billions * 1e9 * bits_of(r.weights) / 8.0 * (1 + r.headroom);
+  a.memory_needed_bytes = static_cast<std::uint64_t>(std::ceil(bytes));
+  for (const gpu_type& g : catalog) {
+    if (g.memory_bytes == 0 || !(g.relative_throughput > 0))
+      throw std::invalid_argument(std::string(who) + "catalog entry \"" + g.name +
+                                  "\" needs memory_bytes and relative_throughput > 0");
+    const rate& price = r.spot && g.spot.price().nanos() > 0 ? g.spot : g.on_demand;
+    if (price.price().nanos() <= 0)
+      throw std::invalid_argument(std::string(who) + "catalog entry \"" + g.name + "\" has no price");
+    right_size_candidate c;
+    c.name = g.name;
+    const int for_memory = static_cast<int>(std::ceil(bytes / double(g.memory_bytes) - detail::advisor_eps));
+    const int for_throughput =
+        static_cast<int>(std::ceil(r.required_throughput / g.relative_throughput - detail::advisor_eps));
+    c.gpus = std::max({1, for_memory, for_throughput});
+    c.fits = c.gpus <= r.max_gpus;
+    c.hourly_cost = detail::hourly_price(price) * c.gpus;
+    c.reason = std::to_string(c.gpus) + " GPU(s): " + std::to_string(for_memory) + " for memory, " +
+               std::to_string(for_throughput) + " for throughput" + (c.fits ? "" : ", more than max_gpus");
+    a.candidates.push_back(std::move(c));
+  }
+  std::stable_sort(a.candidates.begin(), a.candidates.end(), [](const auto& x, const auto& y) {
+    if (x.fits != y.fits) return x.fits;
+    if (x.hourly_cost != y.hourly_cost) return x.hourly_cost < y.hourly_cost;
+    return x.gpus < y.gpus;
+  });
+  a.found = a.candidates.front().fits;
+  if (a.found) a.best = a.candidates.front();
+  return a;
+}
+
+struct spot_job {
+  std::chrono::nanoseconds length{0};  ///< compute time the job needs without interruption
+  rate on_demand{};
+  rate spot{};
+  double preemptions_per_hour = 0;  ///< Poisson rate λ
+  std::chrono::nanoseconds checkpoint_interval{0};
+  std::chrono::nanoseconds checkpoint_cost{0};   ///< time to write one checkpoint
+  std::chrono::nanoseconds restart_overhead{0};  ///< time from a preemption to work resuming
+};
+
+struct spot_advice {
+  std::chrono::nanoseconds expected_spot_time{0};
+  money expected_spot_cost{};
+  money on_demand_cost{};
+  double expected_preemptions = 0;
+  double discount = 0;             ///< 1 − spot / on-demand
+  double break_even_discount = 0;  ///< spot is cheaper when its discount is above this
+  bool use_spot = false;
+  std::string reason;
+};
+
+/// @brief Expected cost of a job on spot against on-demand. The job runs in segments of the checkpoint
+/// interval τ plus the checkpoint cost C (the last one is the remainder, without a checkpoint). With
+/// preemptions at rate λ and restart overhead R, a segment of length s takes E(s) = (e^{λs} − 1)(1/λ + R) in
+/// expectation (s when λ = 0), with e^{λs} − 1 expected preemptions. Spot costs spot × ΣE, on-demand costs
+/// on-demand × length, and the break-even discount is 1 − length / ΣE.
+inline spot_advice advise_spot(const spot_job& j) {
+  const char* who = "frugal::cost::advise_spot: ";
+  if (j.length.count() <= 0) throw std::invalid_argument(std::string(who) + "job.length must be > 0");
+  if (j.checkpoint_interval.count() <= 0)
+    throw std::invalid_argument(std::string(who) + "job.checkpoint_interval must be > 0");
+  if (j.checkpoint_cost.count() < 0 || j.restart_overhead.count() < 0)
+    throw std::invalid_argument(std::string(who) +
+                                "job.checkpoint_cost and job.restart_overhead must not be negative");
+  if (!(j.preemptions_per_hour >= 0))
+    throw std::invalid_argument(std::string(who) + "job.preemptions_per_hour must be >= 0");
+  if (!j.on_demand.is_time() || j.on_demand.price().nanos() <= 0)
+    throw std::invalid_argument(std::string(who) + "job.on_demand must be a time rate > 0");
+  if (!j.spot.is_time() || j.spot.price().nanos() <= 0)
+    throw std::invalid_argument(std::string(who) + "job.spot must be a time rate > 0");
+  if (!(j.spot.price().cur() == j.on_demand.price().cur()))
+    throw std::invalid_argument(std::string(who) + "job.spot and job.on_demand are in different currencies");
+  const double hour_ns = 3.6e12;
+  const double lambda = j.preemptions_per_hour / hour_ns;  // per ns
+  const double R = double(j.restart_overhead.count());
+  auto expected = [&](double s) {
+    if (s <= 0) return 0.0;
+    if (lambda == 0) return s;
+    return std::expm1(lambda * s) * (1 / lambda + R);
+  };
+  const auto T = j.length.count();
+  const auto tau = j.checkpoint_interval.count();
+  const auto full = T / tau;
+  const auto rest = T - full * tau;
+  const double total =
+      double(full) * expected(double(tau + j.checkpoint_cost.count())) + expected(double(rest));
+  const double preemptions = double(full) * std::expm1(lambda * double(tau + j.checkpoint_cost.count())) +
+                             std::expm1(lambda * double(rest));
+  spot_advice a;
+  a.expected_spot_time = detail::ns_of(total);
+  a.expected_spot_cost = j.spot.for_duration(a.expected_spot_time);
+  a.on_demand_cost = j.on_demand.for_duration(j.length);
+  a.expected_preemptions = preemptions;
+  a.discount = 1 - detail::hourly_price(j.spot).to_double() / detail::hourly_price(j.on_demand).to_double();
+  a.break_even_discount = 1 - double(T) / total;
+  a.use_spot = a.expected_spot_cost < a.on_demand_cost;
+  a.reason = std::string(a.use_spot ? "spot" : "on-demand") + ": expected " +
+             a.expected_spot_cost.to_string() + " on spot against " + a.on_demand_cost.to_string() +
+             " on demand";
+  return a;
+}
+
+struct batch_window_request {
+  double arrival_rate_per_s = 0;  ///< λ, measured
+  batch_model model{};            ///< t(n) = a·n + b, fitted by the ledger
+  std::chrono::nanoseconds latency_target{0};
+  std::uint32_t max_batch_limit = 256;  ///< the largest batch the model or memory allows
+};
+
+struct batch_window_advice {
+  bool feasible = false;
+  std::chrono::nanoseconds window{0};
+  std::uint32_t max_batch = 1;
+  std::chrono::nanoseconds batch_time{0};     ///< a·n + b
+  std::chrono::nanoseconds worst_latency{0};  ///< window + batch time
+  double utilization = 0;                     ///< λ·(a + b/n)
+  std::uint32_t min_stable_batch = 1;
+  std::string reason;
+};
+
+/// @brief A batch of n fills in (n − 1)/λ and runs in a·n + b, so the first request in it waits
+/// (n − 1)/λ + a·n + b <= target: n_max = floor((target − b + 1/λ) / (1/λ + a)). The GPU keeps up only if a
+/// batch runs no longer than it takes to fill: n >= λb / (1 − λa) (and λa < 1). The advice is the largest n
+/// up to max_batch_limit, with window = (n − 1)/λ; infeasible when that n is below the stable minimum.
+inline batch_window_advice advise_batch_window(const batch_window_request& r) {
+  const char* who = "frugal::cost::advise_batch_window: ";
+  if (!(r.arrival_rate_per_s > 0))
+    throw std::invalid_argument(std::string(who) + "request.arrival_rate_per_s must be > 0");
+  if (!r.model.valid)
+    throw std::invalid_argument(std::string(who) +
+                                "request.model is not fitted (needs batches of two sizes)");
+  if (r.latency_target.count() <= 0)
+    throw std::invalid_argument(std::string(who) + "request.latency_target must be > 0");
+  if (r.max_batch_limit == 0)
+    throw std::invalid_argument(std::string(who) + "request.max_batch_limit must be > 0");
+  const double gap = 1e9 / r.arrival_rate_per_s;  // ns between arrivals
+  const double a = std::max(0.0, r.model.a_ns);
+  const double b = std::max(0.0, r.model.b_ns);
+  const double L = double(r.latency_target.count());
+  batch_window_advice adv;
+  const double lam_a = a / gap;
+  const double n_max = std::floor((L - b + gap) / (gap + a) + detail::advisor_eps);
+  const double n_min =
+      lam_a < 1 ? std::max(1.0, std::ceil((b / gap) / (1 - lam_a) - detail::advisor_eps)) : INFINITY;
+  adv.min_stable_batch = std::isfinite(n_min) ? static_cast<std::uint32_t>(std::min(n_min, 4e9)) : UINT32_MAX;
+  const double n = std::min(n_max, double(r.max_batch_limit));
+  if (n < 1) {
+    adv.reason = "even a batch of one misses the latency target (a + b > target)";
+    return adv;
+  }
+  adv.max_batch = static_cast<std::uint32_t>(n);
+  adv.window = detail::ns_of((n - 1) * gap);
+  adv.batch_time = detail::ns_of(a * n + b);
+  adv.worst_latency = adv.window + adv.batch_time;
+  adv.utilization = (a + b / n) / gap;
+  adv.feasible = n >= n_min;
+  adv.reason = adv.feasible ? "largest batch within the latency target that the GPU keeps up with"
+                            : "the GPU cannot keep up at this arrival rate within the target: add a replica";
+  return adv;
+}
+
+/// @brief The batch-window advice for one feature of a snapshot: λ = its requests over the window, and its
+/// fitted model. Throws std::invalid_argument when the feature is unknown.
+inline batch_window_advice advise_batch_window(const ledger_snapshot& s, std::string_view feature,
+                                               std::chrono::nanoseconds latency_target,
+                                               std::uint32_t max_batch_limit = 256) {
+  const tag_figures* t = s.find(feature);
+  if (!t)
+    throw std::invalid_argument("frugal::cost::advise_batch_window: no feature \"" + std::string(feature) +
+                                "\"");
+  if (s.wall.count() <= 0)
+    throw std::invalid_argument("frugal::cost::advise_batch_window: the snapshot's window is empty");
+  return advise_batch_window({.arrival_rate_per_s = double(t->requests) / (double(s.wall.count()) / 1e9),
+                              .model = t->model,
+                              .latency_target = latency_target,
+                              .max_batch_limit = max_batch_limit});
+}
+
+}  // namespace cost
+FRUGAL_END_NAMESPACE

@@ -1,0 +1,354 @@
+#pragma once
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <initializer_list>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "frugal/config.hpp"
+#include "frugal/cost/snapshot.hpp"
+
+FRUGAL_BEGIN_NAMESPACE
+namespace cost {
+namespace detail {
+
+// The shortest of %.15g and %.17g that reads back as the same double.
+inline std::string num(double v) {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%.15g", v);
+  if (std::strtod(buf, nullptr) != v) std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+inline std::string seconds(std::chrono::nanoseconds d) {
+  // Exact decimal seconds from integer nanoseconds, as money prints its nano-units.
+  return money::from_nanos(d.count()).to_decimal();
+}
+
+inline std::string prom_escape(std::string_view v) {
+  std::string out;
+  for (char ch : v) {
+    if (ch == '\\')
+      out += "\\\\";
+    else if (ch == '"')
+      out += "\\\"";
+    else if (ch == '\n')
+      out += "\\n";
+    else
+      out += ch;
+  }
+  return out;
+}
+
+inline std::string json_escape(std::string_view v) {
+  std::string out = "\"";
+  for (unsigned char ch : v) {
+    if (ch == '"')
+      out += "\\\"";
+    else if (ch == '\\')
+      out += "\\\\";
+    else if (ch < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", ch);
+      out += buf;
+    } else {
+      out += static_cast<char>(ch);
+    }
+  }
+  return out + "\"";
+}
+
+class prom_writer {
+ public:
+  using labels = std::vector<std::pair<std::string_view, std::string>>;
+  void family(std::string_view name, std::string_view type, std::string_view help) {
+    out_ += "# HELP ";
+    out_ += name;
+    out_ += ' ';
+    out_ += help;
+    out_ += "\n# TYPE ";
+    out_ += name;
+    out_ += ' ';
+    out_ += type;
+    out_ += '\n';
+  }
+  void sample(std::string_view name, const labels& ls, const std::string& value) {
+    out_ += name;
+    if (!ls.empty()) {
+      out_ += '{';
+      for (std::size_t i = 0; i < ls.size(); ++i) {
+        if (i) out_ += ',';
+        out_ += ls[i].first;
+        out_ += "=\"";
+        out_ += prom_escape(ls[i].second);
+        out_ += '"';
+      }
+      out_ += '}';
+    }
+    out_ += ' ';
+    out_ += value;
+    out_ += '\n';
+  }
+  std::string str() && { return std::move(out_); }
+
+ private:
+  std::string out_;
+};
+
+// Prometheus' default buckets, in seconds, widened down to 1 ms and up to 60 s for inference latencies.
+inline constexpr double prom_buckets_s[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+                                            0.5,   1,      2.5,   5,    10,    30,   60};
+
+inline std::string pad(std::string s, std::size_t w, bool left = false) {
+  if (s.size() >= w) return s;
+  return left ? s + std::string(w - s.size(), ' ') : std::string(w - s.size(), ' ') + s;
+}
+inline std::string fixed(double v, int decimals) {
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
+  return buf;
+}
+inline std::string ms(std::chrono::nanoseconds d) { return fixed(double(d.count()) / 1e6, 2); }
+
+}  // namespace detail
+
+/// @brief The snapshot in Prometheus text exposition format 0.0.4: base units (seconds, the currency in the
+/// metric name as `_usd`), `_total` on counters, ratios 0..1, and a cumulative `le` histogram of request
+/// latency. A bucket counts the fine histogram's buckets that lie wholly at or below its bound, so a value
+/// within 0.1% under a bound may be counted in the next one. Labels: feature, device, outcome.
+inline std::string to_prometheus(const ledger_snapshot& s) {
+  using detail::num;
+  using detail::seconds;
+  detail::prom_writer w;
+  std::string cur(s.cur.code());
+  std::transform(cur.begin(), cur.end(), cur.begin(), [](unsigned char c) { return char(std::tolower(c)); });
+  const std::string cost_total = "frugal_cost_" + cur + "_total";
+  auto feature = [](const tag_figures& t) { return detail::prom_writer::labels{{"feature", t.name}}; };
+  auto device = [](const device_figures& d) {
+    return detail::prom_writer::labels{{"device", d.name}, {"gpu_class", d.gpu_class}};
+  };
+
+  w.family("frugal_requests_total", "counter", "Requests recorded, by feature and outcome.");
+  for (const auto& t : s.tags)
+    for (std::size_t o = 0; o < outcome_count; ++o)
+      w.sample("frugal_requests_total",
+               {{"feature", t.name}, {"outcome", std::string(to_string(outcome(o)))}},
+               std::to_string(t.by_outcome[o]));
+  w.family("frugal_gpu_busy_seconds_total", "counter", "GPU-busy time of batch runs, by feature.");
+  for (const auto& t : s.tags) w.sample("frugal_gpu_busy_seconds_total", feature(t), seconds(t.busy));
+  w.family(cost_total, "counter", "Busy cost plus shared idle cost, by feature, in " + cur + ".");
+  for (const auto& t : s.tags) w.sample(cost_total, feature(t), t.cost.to_decimal());
+  w.family("frugal_cost_per_request_" + cur, "gauge", "Cost per request over the window, by feature.");
+  for (const auto& t : s.tags)
+    w.sample("frugal_cost_per_request_" + cur, feature(t), t.cost_per_request.to_decimal());
+  w.family("frugal_batches_total", "counter", "Batch runs, by feature.");
+  for (const auto& t : s.tags) w.sample("frugal_batches_total", feature(t), std::to_string(t.batches));
+  w.family("frugal_batch_items_total", "counter",
+           "Requests run in batches (sum of batch sizes), by feature.");
+  for (const auto& t : s.tags)
+    w.sample("frugal_batch_items_total", feature(t), std::to_string(t.batched_items));
+  w.family("frugal_batch_fill_ratio", "gauge", "Batched items over batch capacity, by feature.");
+  for (const auto& t : s.tags) w.sample("frugal_batch_fill_ratio", feature(t), num(t.fill));
+  w.family("frugal_tokens_total", "counter", "Tokens processed, by feature and direction.");
+  for (const auto& t : s.tags) {
+    w.sample("frugal_tokens_total", {{"feature", t.name}, {"direction", "in"}}, std::to_string(t.tokens_in));
+    w.sample("frugal_tokens_total", {{"feature", t.name}, {"direction", "out"}},
+             std::to_string(t.tokens_out));
+  }
+  w.family("frugal_cache_hits_total", "counter", "Cache hits, by feature.");
+  for (const auto& t : s.tags) w.sample("frugal_cache_hits_total", feature(t), std::to_string(t.cache_hits));
+  w.family("frugal_cache_hit_ratio", "gauge", "Cache hits over requests, by feature.");
+  for (const auto& t : s.tags) w.sample("frugal_cache_hit_ratio", feature(t), num(t.cache_hit_ratio));
+  w.family("frugal_cache_saved_seconds", "gauge", "GPU time the cache saved (estimated), by feature.");
+  for (const auto& t : s.tags)
+    w.sample("frugal_cache_saved_seconds", feature(t), seconds(t.cache_saved_time));
+  w.family("frugal_cache_saved_" + cur, "gauge", "Money the cache saved (estimated), by feature.");
+  for (const auto& t : s.tags) w.sample("frugal_cache_saved_" + cur, feature(t), t.cache_saved.to_decimal());
+  w.family(
+      "frugal_batching_saved_" + cur, "gauge",
+      "Money batching saved against running each request alone, from the fitted a*n+b model, by feature.");
+  for (const auto& t : s.tags)
+    w.sample("frugal_batching_saved_" + cur, feature(t), t.batching_saved.to_decimal());
+
+  w.family("frugal_request_duration_seconds", "histogram", "End-to-end request latency, by feature.");
+  for (const auto& t : s.tags) {
+    const histogram_snapshot& h = t.latency_histogram;
+    for (double le : detail::prom_buckets_s)
+      w.sample("frugal_request_duration_seconds_bucket", {{"feature", t.name}, {"le", num(le)}},
+               std::to_string(h.count_at_or_below(static_cast<std::uint64_t>(le * 1e9))));
+    w.sample("frugal_request_duration_seconds_bucket", {{"feature", t.name}, {"le", "+Inf"}},
+             std::to_string(h.count));
+    w.sample("frugal_request_duration_seconds_sum", feature(t), num(double(h.sum) / 1e9));
+    w.sample("frugal_request_duration_seconds_count", feature(t), std::to_string(h.count));
+  }
+
+  w.family("frugal_gpu_hourly_cost_" + cur, "gauge",
+           "Price of one GPU-hour, by device (as node_gpu_hourly_cost).");
+  for (const auto& d : s.devices) {
+    auto ls = device(d);
+    ls.emplace_back("billing", std::string(to_string(d.pricing)));
+    money hourly = d.price.unit() == rate_unit::hour ? d.price.price() : d.price.price() * 3600;
+    w.sample("frugal_gpu_hourly_cost_" + cur, ls, hourly.to_decimal());
+  }
+  w.family("frugal_gpu_utilization_ratio", "gauge", "GPU-busy time over wall time in the window, by device.");
+  for (const auto& d : s.devices) w.sample("frugal_gpu_utilization_ratio", device(d), num(d.utilization));
+  w.family("frugal_device_busy_seconds_total", "counter", "GPU-busy time, by device.");
+  for (const auto& d : s.devices) w.sample("frugal_device_busy_seconds_total", device(d), seconds(d.busy));
+  w.family("frugal_gpu_paid_" + cur + "_total", "counter", "GPU-hours paid for, priced, by device.");
+  for (const auto& d : s.devices)
+    w.sample("frugal_gpu_paid_" + cur + "_total", device(d), d.paid.to_decimal());
+  w.family("frugal_idle_cost_" + cur + "_total", "counter", "Paid but idle GPU time, priced, by device.");
+  for (const auto& d : s.devices)
+    w.sample("frugal_idle_cost_" + cur + "_total", device(d), d.idle_cost.to_decimal());
+  w.family("frugal_overhead_cost_" + cur + "_total", "counter", "Model load time, priced, by device.");
+  for (const auto& d : s.devices)
+    w.sample("frugal_overhead_cost_" + cur + "_total", device(d), d.overhead_cost.to_decimal());
+  w.family("frugal_model_loads_total", "counter", "Model loads, by device.");
+  for (const auto& d : s.devices)
+    w.sample("frugal_model_loads_total", device(d), std::to_string(d.model_loads));
+  w.family("frugal_model_unloads_total", "counter", "Model unloads, by device.");
+  for (const auto& d : s.devices)
+    w.sample("frugal_model_unloads_total", device(d), std::to_string(d.model_unloads));
+
+  w.family("frugal_total_cost_" + cur + "_total", "counter", "Everything paid: busy, overhead and idle.");
+  w.sample("frugal_total_cost_" + cur + "_total", {}, s.total_cost.to_decimal());
+  w.family("frugal_unallocated_idle_cost_" + cur + "_total", "counter",
+           "Idle cost not shared out to a feature.");
+  w.sample("frugal_unallocated_idle_cost_" + cur + "_total", {}, s.unallocated_idle.to_decimal());
+  w.family("frugal_window_seconds", "gauge", "Wall time the snapshot covers.");
+  w.sample("frugal_window_seconds", {}, seconds(s.wall));
+  w.family("frugal_alert_firing", "gauge", "1 for each threshold that fires.");
+  for (const auto& a : s.alerts)
+    w.sample("frugal_alert_firing", {{"check", a.check}, {"subject", a.subject}}, "1");
+  return std::move(w).str();
+}
+
+/// @brief The snapshot as one JSON object. Money is a decimal string in the currency unit (exact), durations
+/// are numbers of seconds, ratios are 0..1. Keys: currency, window_seconds, at_seconds, total_cost,
+/// busy_cost, overhead_cost, idle_cost, unallocated_idle, utilization, idle_sharing, features[] and total
+/// (each: name, requests, outcomes{}, batches, batched_items, tokens_in, tokens_out, busy_seconds, busy_cost,
+/// idle_share, cost, cost_per_request, mean_batch_size, fill, cache_hits, cache_hit_ratio,
+/// cache_saved_seconds, cache_saved, batch_model{valid,a_seconds,b_seconds}, batching_saved_seconds,
+/// batching_saved, latency_seconds{p50,p90,p99, p999}), devices[] (name, gpu_class, billing, hourly_price,
+/// busy_seconds, load_seconds, idle_seconds, utilization, paid, busy_cost, overhead_cost, idle_cost,
+/// model_loads, model_unloads, memory_fraction), queue{depth,limit} or null, alerts[] (check, subject, value,
+/// threshold, message).
+inline std::string to_json(const ledger_snapshot& s) {
+  using detail::json_escape;
+  using detail::num;
+  auto m = [](money v) { return json_escape(v.to_decimal()); };
+  auto sec = [](std::chrono::nanoseconds d) { return detail::seconds(d); };
+  auto tag = [&](const tag_figures& t) {
+    std::string o = "{\"name\":" + json_escape(t.name) + ",\"requests\":" + std::to_string(t.requests) +
+                    ",\"outcomes\":{";
+    for (std::size_t i = 0; i < outcome_count; ++i)
+      o += (i ? "," : "") + json_escape(to_string(outcome(i))) + ":" + std::to_string(t.by_outcome[i]);
+    o += "},\"batches\":" + std::to_string(t.batches) +
+         ",\"batched_items\":" + std::to_string(t.batched_items) +
+         ",\"tokens_in\":" + std::to_string(t.tokens_in) + ",\"tokens_out\":" + std::to_string(t.tokens_out) +
+         ",\"busy_seconds\":" + sec(t.busy) + ",\"busy_cost\":" + m(t.busy_cost) +
+         ",\"idle_share\":" + m(t.idle_share) + ",\"cost\":" + m(t.cost) +
+         ",\"cost_per_request\":" + m(t.cost_per_request) + ",\"mean_batch_size\":" + num(t.mean_batch_size) +
+         ",\"fill\":" + num(t.fill) + ",\"cache_hits\":" + std::to_string(t.cache_hits) +
+         ",\"cache_hit_ratio\":" + num(t.cache_hit_ratio) +
+         ",\"cache_saved_seconds\":" + sec(t.cache_saved_time) + ",\"cache_saved\":" + m(t.cache_saved) +
+         ",\"batch_model\":{\"valid\":" + (t.model.valid ? "true" : "false") +
+         ",\"a_seconds\":" + num(t.model.a_ns / 1e9) + ",\"b_seconds\":" + num(t.model.b_ns / 1e9) +
+         "},\"batching_saved_seconds\":" + sec(t.batching_saved_time) +
+         ",\"batching_saved\":" + m(t.batching_saved) +
+         ",\"latency_seconds\":{\"p50\":" + sec(t.latency.p50) + ",\"p90\":" + sec(t.latency.p90) +
+         ",\"p99\":" + sec(t.latency.p99) + ",\"p999\":" + sec(t.latency.p999) + "}}";
+    return o;
+  };
+  static constexpr const char* sharing[] = {"none", "by_busy", "uniform"};
+  std::string o = "{\"currency\":" + json_escape(s.cur.code()) + ",\"window_seconds\":" + sec(s.wall) +
+                  ",\"at_seconds\":" + sec(s.at) + ",\"total_cost\":" + m(s.total_cost) +
+                  ",\"busy_cost\":" + m(s.busy_cost) + ",\"overhead_cost\":" + m(s.overhead_cost) +
+                  ",\"idle_cost\":" + m(s.idle_cost) + ",\"unallocated_idle\":" + m(s.unallocated_idle) +
+                  ",\"utilization\":" + num(s.utilization) +
+                  ",\"idle_sharing\":" + json_escape(sharing[static_cast<int>(s.share)]) + ",\"features\":[";
+  for (std::size_t i = 0; i < s.tags.size(); ++i) o += (i ? "," : "") + tag(s.tags[i]);
+  o += "],\"total\":" + tag(s.total) + ",\"devices\":[";
+  for (std::size_t i = 0; i < s.devices.size(); ++i) {
+    const device_figures& d = s.devices[i];
+    o += std::string(i ? "," : "") + "{\"name\":" + json_escape(d.name) +
+         ",\"gpu_class\":" + json_escape(d.gpu_class) + ",\"billing\":" + json_escape(to_string(d.pricing)) +
+         ",\"hourly_price\":" +
+         m(d.price.unit() == rate_unit::hour ? d.price.price() : d.price.price() * 3600) +
+         ",\"busy_seconds\":" + sec(d.busy) + ",\"load_seconds\":" + sec(d.load) +
+         ",\"idle_seconds\":" + sec(d.idle) + ",\"utilization\":" + num(d.utilization) +
+         ",\"paid\":" + m(d.paid) + ",\"busy_cost\":" + m(d.busy_cost) +
+         ",\"overhead_cost\":" + m(d.overhead_cost) + ",\"idle_cost\":" + m(d.idle_cost) +
+         ",\"model_loads\":" + std::to_string(d.model_loads) +
+         ",\"model_unloads\":" + std::to_string(d.model_unloads) +
+         ",\"memory_fraction\":" + (d.memory_fraction ? num(*d.memory_fraction) : "null") + "}";
+  }
+  o += "],\"queue\":";
+  o += s.queue ? "{\"depth\":" + std::to_string(s.queue->first) +
+                     ",\"limit\":" + std::to_string(s.queue->second) + "}"
+               : std::string("null");
+  o += ",\"alerts\":[";
+  for (std::size_t i = 0; i < s.alerts.size(); ++i) {
+    const alert& a = s.alerts[i];
+    o += std::string(i ? "," : "") + "{\"check\":" + json_escape(a.check) +
+         ",\"subject\":" + json_escape(a.subject) + ",\"value\":" + num(a.value) +
+         ",\"threshold\":" + num(a.threshold) + ",\"message\":" + json_escape(a.message) + "}";
+  }
+  return o + "]}";
+}
+
+/// @brief The snapshot as a fixed-width table for logs: one row per feature and a total, one per device, then
+/// the cost breakdown and the alerts.
+inline std::string to_table(const ledger_snapshot& s) {
+  using detail::fixed;
+  using detail::ms;
+  using detail::pad;
+  std::string o = "frugal cost over " + fixed(double(s.wall.count()) / 1e9, 3) + " s (" +
+                  std::string(s.cur.code()) + ")\n";
+  const std::vector<std::pair<std::string, std::size_t>> cols = {
+      {"feature", 12},     {"requests", 9},     {"cost", 14},  {"cost/req", 14},
+      {"busy s", 10},      {"batch", 7},        {"fill", 6},   {"hit", 6},
+      {"cache saved", 13}, {"batch saved", 13}, {"p50 ms", 9}, {"p99 ms", 9}};
+  for (std::size_t i = 0; i < cols.size(); ++i)
+    o += pad(cols[i].first, cols[i].second, i == 0) + (i + 1 < cols.size() ? " " : "\n");
+  auto row = [&](const tag_figures& t) {
+    const std::string cells[] = {t.name,
+                                 std::to_string(t.requests),
+                                 t.cost.to_string(),
+                                 t.cost_per_request.to_string(),
+                                 fixed(double(t.busy.count()) / 1e9, 3),
+                                 fixed(t.mean_batch_size, 1),
+                                 fixed(t.fill * 100, 0) + "%",
+                                 fixed(t.cache_hit_ratio * 100, 0) + "%",
+                                 t.cache_saved.to_string(),
+                                 t.batching_saved.to_string(),
+                                 ms(t.latency.p50),
+                                 ms(t.latency.p99)};
+    for (std::size_t i = 0; i < cols.size(); ++i)
+      o += pad(cells[i], cols[i].second, i == 0) + (i + 1 < cols.size() ? " " : "\n");
+  };
+  for (const auto& t : s.tags) row(t);
+  row(s.total);
+  o += "\n" + pad("device", 12, true) + " " + pad("class", 10) + " " + pad("billing", 9) + " " +
+       pad("util", 7) + " " + pad("paid", 14) + " " + pad("busy", 14) + " " + pad("overhead", 14) + " " +
+       pad("idle", 14) + "\n";
+  for (const auto& d : s.devices)
+    o += pad(d.name, 12, true) + " " + pad(d.gpu_class, 10) + " " +
+         pad(std::string(to_string(d.pricing)), 9) + " " + pad(fixed(d.utilization * 100, 1) + "%", 7) + " " +
+         pad(d.paid.to_string(), 14) + " " + pad(d.busy_cost.to_string(), 14) + " " +
+         pad(d.overhead_cost.to_string(), 14) + " " + pad(d.idle_cost.to_string(), 14) + "\n";
+  o += "\ntotal " + s.total_cost.to_string() + " = busy " + s.busy_cost.to_string() + " + overhead " +
+       s.overhead_cost.to_string() + " + idle " + s.idle_cost.to_string() + " (unallocated idle " +
+       s.unallocated_idle.to_string() + "), utilization " + fixed(s.utilization * 100, 1) + "%\n";
+  if (s.alerts.empty()) o += "alerts: none\n";
+  for (const auto& a : s.alerts) o += "ALERT " + a.check + " [" + a.subject + "]: " + a.message + "\n";
+  return o;
+}
+
+}  // namespace cost
+FRUGAL_END_NAMESPACE

@@ -1,0 +1,363 @@
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "frugal/config.hpp"
+#include "frugal/cost/histogram.hpp"
+#include "frugal/cost/money.hpp"
+#include "frugal/cost/snapshot.hpp"
+
+FRUGAL_BEGIN_NAMESPACE
+namespace cost {
+
+/// @brief An interned feature tag; get one from ledger::tag().
+struct tag_id {
+  std::uint32_t value = UINT32_MAX;
+  friend constexpr bool operator==(tag_id, tag_id) = default;
+};
+
+/// @brief Options of a ledger.
+struct ledger_options {
+  /// GPU hourly prices per class. Every device's class must be here, with a price > 0 for its billing.
+  std::vector<gpu_price> prices;
+  /// The devices (or replicas) paid for from the ledger's start; a device id is an index here.
+  std::vector<device_spec> devices;
+  /// Most distinct tags. Tags become Prometheus labels, so keep them a small set of feature names; raise this
+  /// only for a few more features, never for per-user or per-request values.
+  std::size_t max_tags = 32;
+  /// What happens to idle cost; none reports it apart, as OpenCost does by default.
+  idle_sharing share_idle = idle_sharing::none;
+  /// Correction for coordinated omission: when a closed-loop client sends one request per interval, a latency
+  /// of k intervals also records the k−1 requests it held back. Zero turns it off.
+  std::chrono::nanoseconds expected_interval{0};
+  /// Latencies above this are counted at this value; it sizes the histograms (one hour: ~270 kB per tag).
+  std::chrono::nanoseconds latency_highest = std::chrono::hours(1);
+  /// Alert thresholds, checked by snapshot().
+  thresholds alerts{};
+};
+
+/// @brief One batch run on a device.
+struct batch_record {
+  tag_id tag;
+  std::size_t device = 0;
+  std::chrono::nanoseconds busy{0};  ///< GPU-busy time of the run
+  std::uint32_t batch_size = 1;
+  std::uint32_t capacity = 0;  ///< the batch's limit (the batcher's max_batch), for fill; 0 when unknown
+  std::uint64_t tokens_in = 0;
+  std::uint64_t tokens_out = 0;
+};
+
+namespace detail {
+
+struct stripe {
+  explicit stripe(std::size_t n) : c(std::make_unique<std::atomic<std::uint64_t>[]>(n + 16)) {}
+  // One writer (the owning thread) per stripe: a load and a store, no read-modify-write, keep recording
+  // cheap; they are atomic so that snapshot() may read while it runs. The 16 spare slots keep the next
+  // stripe's allocation off this one's last cache line.
+  void add(std::size_t i, std::uint64_t v) noexcept {
+    auto& a = c[i];
+    a.store(a.load(std::memory_order_relaxed) + v, std::memory_order_relaxed);
+  }
+  std::unique_ptr<std::atomic<std::uint64_t>[]> c;
+};
+
+struct stripe_cache {
+  std::uint64_t ledger = 0;
+  stripe* s = nullptr;
+};
+inline thread_local stripe_cache tl_stripe;
+inline std::atomic<std::uint64_t> serial_source{1};
+// A thread's serial is never reused, unlike std::thread::id, so a stripe never has two writers.
+inline thread_local const std::uint64_t thread_serial = serial_source.fetch_add(1, std::memory_order_relaxed);
+
+}  // namespace detail
+
+/// @brief A thread-safe record of GPU time and requests per feature tag, fed by the user's inference loop,
+/// that says what each feature costs, what idle GPU-hours cost, and what batching and caching saved.
+///
+/// Recording is lock-free and costs a few plain stores into a per-thread stripe (plus one relaxed atomic
+/// increment in the tag's latency histogram); snapshot() sums the stripes under a mutex. Each thread that
+/// records gets its own stripe for the ledger's lifetime, so feed it from long-lived threads (a pool).
+/// Wall time from the ledger's start on `Clock` is what each device is paid for.
+template <class Clock = std::chrono::steady_clock>
+class ledger {
+ public:
+  using clock_type = Clock;
+  using snapshot_type = ledger_snapshot;
+
+  /// @brief Validates the options (std::invalid_argument naming the field) and starts the clock.
+  explicit ledger(ledger_options options, Clock clock = {})
+      : options_(std::move(options)), clock_(std::move(clock)), id_(detail::serial_source.fetch_add(1)) {
+    const char* who = "frugal::cost::ledger: options.";
+    if (options_.devices.empty()) throw std::invalid_argument(std::string(who) + "devices must not be empty");
+    if (options_.max_tags == 0 || options_.max_tags > 4096)
+      throw std::invalid_argument(std::string(who) + "max_tags must be in 1..4096");
+    if (options_.expected_interval.count() < 0)
+      throw std::invalid_argument(std::string(who) + "expected_interval must not be negative");
+    if (options_.latency_highest < std::chrono::microseconds(3))
+      throw std::invalid_argument(std::string(who) + "latency_highest must be at least 3us");
+    auto cfg = std::make_shared<detail::ledger_config>();
+    cfg->devices = options_.devices;
+    cfg->share = options_.share_idle;
+    cfg->alerts = options_.alerts;
+    std::optional<currency> cur;
+    for (std::size_t d = 0; d < options_.devices.size(); ++d) {
+      const device_spec& spec = options_.devices[d];
+      const std::string where = std::string(who) + "devices[" + std::to_string(d) + "]";
+      const gpu_price* p = nullptr;
+      for (const auto& gp : options_.prices)
+        if (gp.gpu_class == spec.gpu_class) p = &gp;
+      if (!p)
+        throw std::invalid_argument(where + ".gpu_class \"" + spec.gpu_class +
+                                    "\" has no entry in options.prices");
+      const rate& r = spec.pricing == billing::spot ? p->spot : p->on_demand;
+      const std::string field = std::string(who) + "prices[" + spec.gpu_class + "]." +
+                                (spec.pricing == billing::spot ? "spot" : "on_demand");
+      if (!r.is_time()) throw std::invalid_argument(field + " must be a per-hour or per-second rate");
+      if (r.price().nanos() <= 0)
+        throw std::invalid_argument(field + " must be > 0 (" + where + " is billed at it)");
+      if (cur && !(*cur == r.price().cur()))
+        throw std::invalid_argument(field + " is in " + std::string(r.price().cur().code()) +
+                                    " but other prices are in " + std::string(cur->code()));
+      cur = r.price().cur();
+      cfg->device_rates.push_back(r);
+    }
+    cfg->cur = *cur;
+    config_ = std::move(cfg);
+    stride_ = detail::f_fixed_count + options_.devices.size();
+    counters_ = options_.max_tags * stride_ + options_.devices.size() * detail::d_field_count;
+    tags_ = std::make_unique<tag_slot[]>(options_.max_tags);
+    devices_.resize(options_.devices.size());
+    start_ = clock_.now();
+  }
+
+  ledger(const ledger&) = delete;
+  ledger& operator=(const ledger&) = delete;
+
+  /// @brief The id of tag `name`, interning it on first use; throws std::length_error past options.max_tags.
+  tag_id tag(std::string_view name) {
+    if (name.empty()) throw std::invalid_argument("frugal::cost::ledger::tag: a tag name must not be empty");
+    std::lock_guard lock(mutex_);
+    const std::uint32_t n = tag_count_.load(std::memory_order_relaxed);
+    for (std::uint32_t i = 0; i < n; ++i)
+      if (tags_[i].name == name) return {i};
+    if (n == options_.max_tags)
+      throw std::length_error("frugal::cost::ledger::tag: \"" + std::string(name) +
+                              "\" refused: options.max_tags = " + std::to_string(options_.max_tags) +
+                              " tags are interned already (tags are low-cardinality feature names)");
+    tags_[n].name = std::string(name);
+    tags_[n].hist =
+        std::make_unique<log_linear_histogram>(static_cast<std::uint64_t>(options_.latency_highest.count()));
+    tag_count_.store(n + 1, std::memory_order_release);
+    return {n};
+  }
+
+  /// @brief The id of an interned tag, or nullopt.
+  std::optional<tag_id> find_tag(std::string_view name) const {
+    std::lock_guard lock(mutex_);
+    for (std::uint32_t i = 0; i < tag_count_.load(std::memory_order_relaxed); ++i)
+      if (tags_[i].name == name) return tag_id{i};
+    return std::nullopt;
+  }
+
+  /// @brief Records one batch run: busy time on a device, batch size, tokens.
+  void record_batch(const batch_record& b) {
+    check_tag(b.tag, "record_batch");
+    check_device(b.device, "record_batch");
+    if (b.busy.count() < 0)
+      throw std::invalid_argument("frugal::cost::ledger::record_batch: busy must not be negative");
+    if (b.batch_size == 0)
+      throw std::invalid_argument("frugal::cost::ledger::record_batch: batch_size must be > 0");
+    if (b.capacity != 0 && b.capacity < b.batch_size)
+      throw std::invalid_argument(
+          "frugal::cost::ledger::record_batch: capacity must be >= batch_size (or 0)");
+    detail::stripe& s = local_stripe();
+    const std::size_t base = b.tag.value * stride_;
+    const auto t = static_cast<std::uint64_t>(b.busy.count());
+    const std::uint64_t n = b.batch_size;
+    s.add(base + detail::f_batches, 1);
+    s.add(base + detail::f_items, n);
+    if (b.capacity) {
+      s.add(base + detail::f_capacity, b.capacity);
+      s.add(base + detail::f_capacity_items, n);
+    }
+    if (b.tokens_in) s.add(base + detail::f_tokens_in, b.tokens_in);
+    if (b.tokens_out) s.add(base + detail::f_tokens_out, b.tokens_out);
+    s.add(base + detail::f_sum_n2, n * n);
+    s.add(base + detail::f_sum_nt, n * t);
+    s.add(base + detail::f_busy, t);
+    s.add(base + detail::f_fixed_count + b.device, t);
+  }
+
+  /// @brief Records one request's end-to-end latency and how it ended.
+  void record_request(tag_id tag, std::chrono::nanoseconds latency, outcome o = outcome::ok) {
+    check_tag(tag, "record_request");
+    if (latency.count() < 0)
+      throw std::invalid_argument("frugal::cost::ledger::record_request: latency must not be negative");
+    if (static_cast<std::size_t>(o) >= outcome_count)
+      throw std::invalid_argument("frugal::cost::ledger::record_request: unknown outcome");
+    detail::stripe& s = local_stripe();
+    const std::size_t base = tag.value * stride_;
+    const auto ns = static_cast<std::uint64_t>(latency.count());
+    s.add(base + detail::f_outcome0 + static_cast<std::size_t>(o), 1);
+    s.add(base + detail::f_latency_sum, ns);
+    tags_[tag.value].hist->record_corrected(ns,
+                                            static_cast<std::uint64_t>(options_.expected_interval.count()));
+  }
+
+  /// @brief Records a cache hit that saved what an average miss of this tag costs (its busy time per item).
+  void record_cache_hit(tag_id tag) {
+    check_tag(tag, "record_cache_hit");
+    local_stripe().add(tag.value * stride_ + detail::f_hits_implicit, 1);
+  }
+  /// @brief Records a cache hit that saved `saved` of GPU time.
+  void record_cache_hit(tag_id tag, std::chrono::nanoseconds saved) {
+    check_tag(tag, "record_cache_hit");
+    if (saved.count() < 0)
+      throw std::invalid_argument("frugal::cost::ledger::record_cache_hit: saved must not be negative");
+    detail::stripe& s = local_stripe();
+    s.add(tag.value * stride_ + detail::f_hits_explicit, 1);
+    s.add(tag.value * stride_ + detail::f_saved_explicit, static_cast<std::uint64_t>(saved.count()));
+  }
+
+  /// @brief Records a model load on a device that took `duration` (overhead: paid, not serving).
+  void record_model_load(std::size_t device, std::chrono::nanoseconds duration) {
+    check_device(device, "record_model_load");
+    if (duration.count() < 0)
+      throw std::invalid_argument("frugal::cost::ledger::record_model_load: duration must not be negative");
+    detail::stripe& s = local_stripe();
+    const std::size_t base = options_.max_tags * stride_ + device * detail::d_field_count;
+    s.add(base + detail::d_load, static_cast<std::uint64_t>(duration.count()));
+    s.add(base + detail::d_loads, 1);
+  }
+  /// @brief Records a model unload on a device.
+  void record_model_unload(std::size_t device) {
+    check_device(device, "record_model_unload");
+    local_stripe().add(options_.max_tags * stride_ + device * detail::d_field_count + detail::d_unloads, 1);
+  }
+
+  /// @brief Records a device's memory use now, for the memory threshold.
+  void record_memory(std::size_t device, std::uint64_t used_bytes, std::uint64_t capacity_bytes) {
+    check_device(device, "record_memory");
+    if (capacity_bytes == 0 || used_bytes > capacity_bytes)
+      throw std::invalid_argument(
+          "frugal::cost::ledger::record_memory: need 0 <= used_bytes <= capacity_bytes, capacity > 0");
+    const double f = double(used_bytes) / double(capacity_bytes);
+    const std::int64_t now = since_start();
+    std::lock_guard lock(mutex_);
+    detail::raw_device& d = devices_[device];
+    d.memory_fraction = f;
+    if (f > options_.alerts.memory_high) {
+      if (!d.memory_high_since_ns) d.memory_high_since_ns = now;
+    } else {
+      d.memory_high_since_ns.reset();
+    }
+  }
+
+  /// @brief Records the request queue's depth now and its limit, for the queue threshold.
+  void record_queue_depth(std::size_t depth, std::size_t limit) {
+    if (limit == 0)
+      throw std::invalid_argument("frugal::cost::ledger::record_queue_depth: limit must be > 0");
+    std::lock_guard lock(mutex_);
+    queue_ = std::pair<std::uint64_t, std::uint64_t>(depth, limit);
+  }
+
+  /// @brief The figures since the ledger started; cut a window with `later.since(earlier)`.
+  ledger_snapshot snapshot() const {
+    detail::raw_state raw;
+    raw.at_ns = since_start();
+    std::lock_guard lock(mutex_);
+    const std::uint32_t n = tag_count_.load(std::memory_order_acquire);
+    const std::size_t nd = options_.devices.size();
+    std::vector<std::uint64_t> sum(counters_, 0);
+    for (const auto& st : stripes_)
+      for (std::size_t i = 0; i < counters_; ++i) sum[i] += st.second->c[i].load(std::memory_order_relaxed);
+    raw.tags.resize(n);
+    for (std::uint32_t t = 0; t < n; ++t) {
+      detail::raw_tag& r = raw.tags[t];
+      r.name = tags_[t].name;
+      for (std::size_t f = 0; f < detail::f_fixed_count; ++f) r.c[f] = sum[t * stride_ + f];
+      r.busy_by_device.assign(sum.begin() + static_cast<std::ptrdiff_t>(t * stride_ + detail::f_fixed_count),
+                              sum.begin() + static_cast<std::ptrdiff_t>((t + 1) * stride_));
+      r.hist = tags_[t].hist->snapshot();
+    }
+    raw.devices = devices_;
+    for (std::size_t d = 0; d < nd; ++d)
+      for (std::size_t f = 0; f < detail::d_field_count; ++f)
+        raw.devices[d].c[f] = sum[options_.max_tags * stride_ + d * detail::d_field_count + f];
+    raw.queue = queue_;
+    return detail::derive(config_, std::move(raw), nullptr);
+  }
+
+  /// @brief The same as snapshot(), by the name every frugal component uses.
+  ledger_snapshot stats() const { return snapshot(); }
+
+  const ledger_options& options() const noexcept { return options_; }
+
+ private:
+  struct tag_slot {
+    std::string name;
+    std::unique_ptr<log_linear_histogram> hist;
+  };
+
+  std::int64_t since_start() const {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(clock_.now() - start_).count();
+  }
+
+  void check_tag(tag_id t, const char* fn) const {
+    if (t.value >= tag_count_.load(std::memory_order_acquire))
+      throw std::out_of_range(std::string("frugal::cost::ledger::") + fn + ": tag id " +
+                              std::to_string(t.value) + " was not returned by tag()");
+  }
+  void check_device(std::size_t d, const char* fn) const {
+    if (d >= options_.devices.size())
+      throw std::out_of_range(std::string("frugal::cost::ledger::") + fn + ": device " + std::to_string(d) +
+                              " is out of range (" + std::to_string(options_.devices.size()) + " devices)");
+  }
+
+  detail::stripe& local_stripe() {
+    detail::stripe_cache& c = detail::tl_stripe;
+    if (c.ledger == id_) return *c.s;
+    return find_stripe();
+  }
+  detail::stripe& find_stripe() {
+    std::lock_guard lock(mutex_);
+    const std::uint64_t me = detail::thread_serial;
+    detail::stripe* s = nullptr;
+    for (auto& [owner, st] : stripes_)
+      if (owner == me) s = st.get();
+    if (!s) {
+      stripes_.emplace_back(me, std::make_unique<detail::stripe>(counters_));
+      s = stripes_.back().second.get();
+    }
+    detail::tl_stripe = {id_, s};
+    return *s;
+  }
+
+  ledger_options options_;
+  Clock clock_;
+  std::uint64_t id_;
+  typename Clock::time_point start_{};
+  std::shared_ptr<const detail::ledger_config> config_;
+  std::size_t stride_ = 0;
+  std::size_t counters_ = 0;
+  std::unique_ptr<tag_slot[]> tags_;
+  std::atomic<std::uint32_t> tag_count_{0};
+  mutable std::mutex mutex_;
+  std::vector<std::pair<std::uint64_t, std::unique_ptr<detail::stripe>>> stripes_;
+  std::vector<detail::raw_device> devices_;
+  std::optional<std::pair<std::uint64_t, std::uint64_t>> queue_;
+};
+
+}  // namespace cost
+FRUGAL_END_NAMESPACE

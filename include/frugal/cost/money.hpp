@@ -1,0 +1,292 @@
+#pragma once
+
+#include <array>
+#include <chrono>
+#include <compare>
+#include <cstdint>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+#include "frugal/config.hpp"
+
+FRUGAL_BEGIN_NAMESPACE
+namespace cost {
+namespace detail {
+
+// __extension__ keeps -Wpedantic quiet about the 128-bit integer; gcc, clang and nvcc's host side have it.
+__extension__ typedef __int128 int128;
+
+[[noreturn]] inline void money_overflow(const char* what) {
+  throw std::overflow_error(std::string("frugal::cost::money: overflow in ") + what);
+}
+
+inline std::int64_t narrow_checked(int128 v, const char* what) {
+  if (v > std::numeric_limits<std::int64_t>::max() || v < std::numeric_limits<std::int64_t>::min())
+    money_overflow(what);
+  return static_cast<std::int64_t>(v);
+}
+
+// n / d rounded half to even (banker's rounding): ties go to the even quotient, so rounding errors do not
+// drift in one direction when many small charges are summed. d must be > 0.
+inline int128 div_half_even(int128 n, int128 d) {
+  int128 q = n / d;
+  int128 r = n % d;
+  int128 twice = r < 0 ? -2 * r : 2 * r;
+  if (twice > d || (twice == d && (q & 1) != 0)) q += n < 0 ? -1 : 1;
+  return q;
+}
+
+}  // namespace detail
+
+/// @brief An ISO 4217 currency from a fixed list of known codes; the default is USD.
+class currency {
+ public:
+  constexpr currency() noexcept = default;
+
+  /// @brief The currency for a code such as "USD" or "EUR"; throws std::invalid_argument for an unknown code.
+  static currency from_code(std::string_view code) {
+    for (std::string_view k : known_)
+      if (k == code) return currency(k[0], k[1], k[2]);
+    throw std::invalid_argument("frugal::cost::currency: unknown currency code \"" + std::string(code) +
+                                "\" (known: USD EUR GBP JPY CNY INR CAD AUD CHF KRW SGD SEK NOK HKD BRL)");
+  }
+
+  /// @brief The three-letter code.
+  constexpr std::string_view code() const noexcept { return {code_.data(), 3}; }
+
+  friend constexpr bool operator==(const currency&, const currency&) = default;
+
+ private:
+  constexpr currency(char a, char b, char c) noexcept : code_{a, b, c} {}
+  static constexpr std::array<std::string_view, 15> known_{"USD", "EUR", "GBP", "JPY", "CNY",
+                                                           "INR", "CAD", "AUD", "CHF", "KRW",
+                                                           "SGD", "SEK", "NOK", "HKD", "BRL"};
+  std::array<char, 3> code_{'U', 'S', 'D'};
+};
+
+/// @brief An amount of one currency in integer nano-units (1e-9 of the unit), as google.type.Money: never a
+/// float. An int64 holds about ±9.2 billion units. Arithmetic is exact; the only rounding (multiplication by
+/// a fraction, division, pricing a duration) is half to even, and it happens in 128-bit. Overflow throws
+/// std::overflow_error; mixing currencies throws std::invalid_argument.
+class money {
+ public:
+  static constexpr std::int64_t nanos_per_unit = 1'000'000'000;
+
+  constexpr money() noexcept = default;
+
+  /// @brief An amount of `nanos` nano-units.
+  static constexpr money from_nanos(std::int64_t nanos, currency c = {}) noexcept { return money(nanos, c); }
+
+  /// @brief `units` whole units plus `nanos` (|nanos| < 1e9, same sign as units, as google.type.Money).
+  static money from_units(std::int64_t units, std::int64_t nanos = 0, currency c = {}) {
+    if (nanos <= -nanos_per_unit || nanos >= nanos_per_unit)
+      throw std::invalid_argument("frugal::cost::money::from_units: nanos must be in (-1e9, 1e9)");
+    if ((units > 0 && nanos < 0) || (units < 0 && nanos > 0))
+      throw std::invalid_argument("frugal::cost::money::from_units: units and nanos must have the same sign");
+    return money(detail::narrow_checked(detail::int128(units) * nanos_per_unit + nanos, "from_units"), c);
+  }
+
+  /// @brief Parses "$12.34", "-$0.5", "12.345678901 EUR" or a bare "12.34" (in `default_currency`); at most 9
+  /// decimals. Throws std::invalid_argument on malformed text or an unknown code, std::overflow_error if too
+  /// big.
+  static money parse(std::string_view text, currency default_currency = {}) {
+    const std::string_view original = text;
+    auto fail = [&](const char* why) -> money {
+      throw std::invalid_argument("frugal::cost::money::parse: \"" + std::string(original) + "\": " + why +
+                                  " (expected e.g. $12.34 or 12.34 EUR)");
+    };
+    auto trim = [](std::string_view& s) {
+      while (!s.empty() && s.front() == ' ') s.remove_prefix(1);
+      while (!s.empty() && s.back() == ' ') s.remove_suffix(1);
+    };
+    trim(text);
+    bool negative = false;
+    bool dollar = false;
+    if (!text.empty() && text.front() == '-') negative = true, text.remove_prefix(1);
+    if (!text.empty() && text.front() == '$') dollar = true, text.remove_prefix(1);
+    if (!negative && !text.empty() && text.front() == '-') negative = true, text.remove_prefix(1);
+    currency c = dollar ? currency{} : default_currency;
+    if (auto sp = text.find(' '); sp != std::string_view::npos) {
+      std::string_view code = text.substr(sp + 1);
+      trim(code);
+      currency coded = currency::from_code(code);
+      if (dollar && !(coded == currency{})) return fail("'$' with a currency other than USD");
+      c = coded;
+      text = text.substr(0, sp);
+    }
+    if (text.empty()) return fail("no digits");
+    detail::int128 units = 0;
+    std::size_t i = 0;
+    for (; i < text.size() && text[i] != '.'; ++i) {
+      if (text[i] < '0' || text[i] > '9') return fail("unexpected character");
+      units = units * 10 + (text[i] - '0');
+      if (units > std::numeric_limits<std::int64_t>::max()) detail::money_overflow("parse");
+    }
+    if (i == 0) return fail("no digits before the decimal point");
+    std::int64_t frac = 0;
+    int digits = 0;
+    if (i < text.size()) {
+      for (++i; i < text.size(); ++i, ++digits) {
+        if (text[i] < '0' || text[i] > '9') return fail("unexpected character");
+        if (digits == 9) return fail("more than 9 decimals");
+        frac = frac * 10 + (text[i] - '0');
+      }
+      if (digits == 0) return fail("no digits after the decimal point");
+    }
+    for (; digits < 9; ++digits) frac *= 10;
+    detail::int128 total = units * nanos_per_unit + frac;
+    return money(detail::narrow_checked(negative ? -total : total, "parse"), c);
+  }
+
+  /// @brief The amount in nano-units.
+  constexpr std::int64_t nanos() const noexcept { return nanos_; }
+  /// @brief The currency.
+  constexpr currency cur() const noexcept { return currency_; }
+  /// @brief True when the amount is zero.
+  constexpr bool is_zero() const noexcept { return nanos_ == 0; }
+  /// @brief For exports and plots only; the ledger never computes with it.
+  constexpr double to_double() const noexcept { return static_cast<double>(nanos_) / nanos_per_unit; }
+
+  /// @brief The exact amount as a decimal number without symbol, trailing zeros trimmed to at least 2
+  /// decimals: "12.345678", "-0.50".
+  std::string to_decimal() const {
+    detail::int128 v = nanos_;
+    bool negative = v < 0;
+    if (negative) v = -v;
+    auto units = static_cast<unsigned long long>(v / nanos_per_unit);
+    auto frac = static_cast<unsigned long long>(v % nanos_per_unit);
+    std::string f = std::to_string(frac);
+    f.insert(0, 9 - f.size(), '0');
+    while (f.size() > 2 && f.back() == '0') f.pop_back();
+    return (negative ? "-" : "") + std::to_string(units) + "." + f;
+  }
+
+  /// @brief "$12.345678" for USD, "12.50 EUR" otherwise; negative amounts as "-$0.50".
+  std::string to_string() const {
+    std::string d = to_decimal();
+    if (currency_ == currency{}) return d.front() == '-' ? "-$" + d.substr(1) : "$" + d;
+    return d + " " + std::string(currency_.code());
+  }
+
+  money operator-() const {
+    if (nanos_ == std::numeric_limits<std::int64_t>::min()) detail::money_overflow("negation");
+    return money(-nanos_, currency_);
+  }
+  money& operator+=(money o) {
+    same_currency(o, "+");
+    if (__builtin_add_overflow(nanos_, o.nanos_, &nanos_)) detail::money_overflow("+");
+    return *this;
+  }
+  money& operator-=(money o) {
+    same_currency(o, "-");
+    if (__builtin_sub_overflow(nanos_, o.nanos_, &nanos_)) detail::money_overflow("-");
+    return *this;
+  }
+  friend money operator+(money a, money b) { return a += b; }
+  friend money operator-(money a, money b) { return a -= b; }
+  friend money operator*(money a, std::int64_t k) {
+    std::int64_t r;
+    if (__builtin_mul_overflow(a.nanos_, k, &r)) detail::money_overflow("*");
+    return money(r, a.currency_);
+  }
+  friend money operator*(std::int64_t k, money a) { return a * k; }
+
+  /// @brief The amount times num/den, computed in 128-bit and rounded half to even; den must be > 0.
+  money mul_div(std::int64_t num, std::int64_t den) const {
+    if (den <= 0) throw std::invalid_argument("frugal::cost::money::mul_div: den must be > 0");
+    return money(detail::narrow_checked(detail::div_half_even(detail::int128(nanos_) * num, den), "mul_div"),
+                 currency_);
+  }
+  /// @brief The amount divided by n > 0, rounded half to even (e.g. cost per request).
+  money divided_by(std::int64_t n) const {
+    if (n <= 0) throw std::invalid_argument("frugal::cost::money::divided_by: n must be > 0");
+    return mul_div(1, n);
+  }
+
+  friend constexpr bool operator==(const money&, const money&) = default;
+  /// @brief Orders amounts of one currency; throws std::invalid_argument across currencies.
+  friend std::strong_ordering operator<=>(const money& a, const money& b) {
+    a.same_currency(b, "comparison");
+    return a.nanos_ <=> b.nanos_;
+  }
+
+ private:
+  constexpr money(std::int64_t nanos, currency c) noexcept : nanos_(nanos), currency_(c) {}
+  void same_currency(const money& o, const char* op) const {
+    if (!(currency_ == o.currency_))
+      throw std::invalid_argument("frugal::cost::money: " + std::string(op) + " mixes " +
+                                  std::string(currency_.code()) + " and " + std::string(o.currency_.code()));
+  }
+
+  std::int64_t nanos_ = 0;
+  currency currency_{};
+};
+
+/// @brief What a rate's price is for.
+enum class rate_unit { hour, second, request, million_tokens };
+
+/// @brief A price per hour, per second, per request or per 1M tokens. A time rate times a duration, or a
+/// count rate times a count, gives money (rounded half to even to the nano-unit). Never negative.
+class rate {
+ public:
+  constexpr rate() noexcept = default;
+  static rate per_hour(money price) { return rate(price, rate_unit::hour); }
+  static rate per_second(money price) { return rate(price, rate_unit::second); }
+  static rate per_request(money price) { return rate(price, rate_unit::request); }
+  static rate per_million_tokens(money price) { return rate(price, rate_unit::million_tokens); }
+
+  constexpr money price() const noexcept { return price_; }
+  constexpr rate_unit unit() const noexcept { return unit_; }
+  constexpr bool is_time() const noexcept { return unit_ == rate_unit::hour || unit_ == rate_unit::second; }
+
+  /// @brief The cost of `d` at a time rate; throws for a count rate or a negative duration.
+  money for_duration(std::chrono::nanoseconds d) const {
+    if (!is_time())
+      throw std::invalid_argument("frugal::cost::rate: a duration needs a per-hour or per-second rate");
+    if (d.count() < 0) throw std::invalid_argument("frugal::cost::rate: negative duration");
+    const std::int64_t period_ns = unit_ == rate_unit::hour ? 3'600'000'000'000 : 1'000'000'000;
+    return money::from_nanos(
+        detail::narrow_checked(detail::div_half_even(detail::int128(price_.nanos()) * d.count(), period_ns),
+                               "rate * duration"),
+        price_.cur());
+  }
+  /// @brief The cost of `n` requests (per-request rate) or `n` tokens (per-1M-tokens rate).
+  money for_count(std::uint64_t n) const {
+    if (is_time())
+      throw std::invalid_argument("frugal::cost::rate: a count needs a per-request or per-token rate");
+    const std::int64_t per = unit_ == rate_unit::request ? 1 : 1'000'000;
+    return money::from_nanos(
+        detail::narrow_checked(detail::div_half_even(detail::int128(price_.nanos()) * n, per),
+                               "rate * count"),
+        price_.cur());
+  }
+
+  template <class Rep, class Period>
+  friend money operator*(const rate& r, std::chrono::duration<Rep, Period> d) {
+    return r.for_duration(std::chrono::duration_cast<std::chrono::nanoseconds>(d));
+  }
+  template <class Rep, class Period>
+  friend money operator*(std::chrono::duration<Rep, Period> d, const rate& r) {
+    return r * d;
+  }
+
+  /// @brief "$4.00/h", "$0.002/request", "$0.50/1M tokens".
+  std::string to_string() const {
+    static constexpr const char* suffix[] = {"/h", "/s", "/request", "/1M tokens"};
+    return price_.to_string() + suffix[static_cast<int>(unit_)];
+  }
+
+  friend constexpr bool operator==(const rate&, const rate&) = default;
+
+ private:
+  rate(money price, rate_unit unit) : price_(price), unit_(unit) {
+    if (price.nanos() < 0) throw std::invalid_argument("frugal::cost::rate: price must not be negative");
+  }
+  money price_{};
+  rate_unit unit_ = rate_unit::hour;
+};
+
+}  // namespace cost
+FRUGAL_END_NAMESPACE

@@ -1,0 +1,496 @@
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "frugal/config.hpp"
+#include "frugal/cost/histogram.hpp"
+#include "frugal/cost/money.hpp"
+
+FRUGAL_BEGIN_NAMESPACE
+namespace cost {
+
+/// @brief How a request ended.
+enum class outcome : std::uint8_t { ok, error, deadline, rejected };
+inline constexpr std::size_t outcome_count = 4;
+/// @brief "ok", "error", "deadline" or "rejected".
+inline constexpr std::string_view to_string(outcome o) noexcept {
+  constexpr std::string_view names[] = {"ok", "error", "deadline", "rejected"};
+  return names[static_cast<std::size_t>(o)];
+}
+
+/// @brief How a device is paid for.
+enum class billing : std::uint8_t { on_demand, spot };
+inline constexpr std::string_view to_string(billing b) noexcept {
+  return b == billing::spot ? "spot" : "on_demand";
+}
+
+/// @brief What happens to idle cost (GPU-hours paid but not busy), as OpenCost offers.
+enum class idle_sharing : std::uint8_t {
+  none,     ///< reported apart, not charged to any tag
+  by_busy,  ///< each device's idle cost shared out to tags in proportion to their busy time on it
+  uniform,  ///< each device's idle cost split evenly between the tags active in the window
+};
+
+/// @brief The price of one GPU class: on-demand, and spot where a device is billed as spot.
+struct gpu_price {
+  std::string gpu_class;
+  rate on_demand{};
+  rate spot{};
+};
+
+/// @brief One GPU (or replica) that the ledger pays for; its id is its index in ledger_options::devices.
+struct device_spec {
+  std::string gpu_class;  ///< must name an entry of ledger_options::prices
+  billing pricing = billing::on_demand;
+  std::string name{};  ///< label in exports; defaults to the index
+};
+
+/// @brief Alert thresholds; the defaults are the ones cost guides recommend.
+struct thresholds {
+  bool enabled = true;
+  /// Utilization (busy over wall time, per device) under this, over a window of at least
+  /// `utilization_window`.
+  double utilization_low = 0.30;
+  /// Utilization over this, over a window of at least `utilization_window`: the fleet is saturated.
+  double utilization_high = 0.90;
+  std::chrono::nanoseconds utilization_window = std::chrono::minutes(10);
+  /// Memory use over this fraction for at least `memory_window`, from record_memory().
+  double memory_high = 0.80;
+  std::chrono::nanoseconds memory_window = std::chrono::minutes(10);
+  /// p99 latency over this, per tag and in total.
+  std::chrono::nanoseconds p99_max = std::chrono::milliseconds(500);
+  /// Queue depth over this fraction of its limit, from record_queue_depth().
+  double queue_high = 0.80;
+};
+
+/// @brief A threshold that fires: which check, on what, the value against its threshold, and why in words.
+struct alert {
+  std::string check;    ///< utilization_low, utilization_high, memory_high, p99_latency or queue_depth
+  std::string subject;  ///< "device 0", "feature chat", "total" or "queue"
+  double value = 0;
+  double threshold = 0;
+  std::string message;
+};
+
+/// @brief A fitted batch-time model t(n) = a·n + b, by least squares over the recorded batches.
+struct batch_model {
+  bool valid = false;  ///< needs at least two batches of different sizes
+  double a_ns = 0;     ///< marginal time per item
+  double b_ns = 0;     ///< fixed time per batch
+  /// @brief The predicted time of a batch of n.
+  double predict_ns(double n) const noexcept { return a_ns * n + b_ns; }
+};
+
+/// @brief Latency percentiles, from the log-linear histogram (3 significant digits).
+struct latency_percentiles {
+  std::chrono::nanoseconds p50{0}, p90{0}, p99{0}, p999{0};
+};
+
+/// @brief The figures for one tag (feature), or for all of them together.
+struct tag_figures {
+  std::string name;
+  std::uint64_t requests = 0;  ///< record_request() calls
+  std::array<std::uint64_t, outcome_count> by_outcome{};
+  std::uint64_t batches = 0;
+  std::uint64_t batched_items = 0;  ///< sum of batch sizes
+  std::uint64_t tokens_in = 0, tokens_out = 0;
+  std::chrono::nanoseconds busy{0};  ///< GPU-busy time
+  std::vector<std::chrono::nanoseconds> busy_by_device;
+  money busy_cost{};   ///< busy time priced at each device's rate
+  money idle_share{};  ///< idle cost charged to this tag (idle_sharing other than none)
+  money cost{};        ///< busy_cost + idle_share; for the total: everything paid
+  money cost_per_request{};
+  double mean_batch_size = 0;
+  double fill = 0;  ///< batched items over batch capacity, where capacity was given
+  std::uint64_t cache_hits = 0;
+  double cache_hit_ratio = 0;  ///< cache hits over requests
+  std::chrono::nanoseconds cache_saved_time{0};
+  money cache_saved{};
+  batch_model model{};
+  std::chrono::nanoseconds batching_saved_time{0};  ///< b·(items − batches): fixed costs not paid per request
+  money batching_saved{};
+  latency_percentiles latency{};
+  histogram_snapshot latency_histogram{};  ///< in nanoseconds
+};
+
+/// @brief The figures for one device.
+struct device_figures {
+  std::string name;
+  std::string gpu_class;
+  billing pricing = billing::on_demand;
+  rate price{};
+  std::chrono::nanoseconds busy{0};
+  std::chrono::nanoseconds load{0};  ///< model load time (overhead)
+  std::chrono::nanoseconds idle{0};
+  double utilization = 0;  ///< busy over wall time, at most 1
+  money paid{};            ///< wall time priced (the GPU-hours paid), or busy + load when that is more
+  money busy_cost{};
+  money overhead_cost{};  ///< load time priced
+  money idle_cost{};      ///< paid − busy − overhead
+  std::uint64_t model_loads = 0, model_unloads = 0;
+  std::optional<double> memory_fraction;  ///< the last record_memory() figure
+};
+
+namespace detail {
+
+enum field : std::size_t {
+  f_batches,
+  f_items,
+  f_capacity,
+  f_capacity_items,
+  f_tokens_in,
+  f_tokens_out,
+  f_sum_n2,
+  f_sum_nt,
+  f_busy,
+  f_outcome0,
+  f_latency_sum = f_outcome0 + outcome_count,
+  f_hits_explicit,
+  f_saved_explicit,
+  f_hits_implicit,
+  f_fixed_count,
+};
+enum device_field : std::size_t { d_load, d_loads, d_unloads, d_field_count };
+
+// Cumulative counters since the ledger started; a snapshot keeps them so that a later one can be cut to the
+// window in between.
+struct raw_tag {
+  std::string name;
+  std::array<std::uint64_t, f_fixed_count> c{};
+  std::vector<std::uint64_t> busy_by_device;
+  histogram_snapshot hist;
+};
+struct raw_device {
+  std::array<std::uint64_t, d_field_count> c{};
+  std::optional<double> memory_fraction;
+  std::optional<std::int64_t> memory_high_since_ns;
+};
+struct raw_state {
+  std::int64_t at_ns = 0;  // since the ledger started
+  std::vector<raw_tag> tags;
+  std::vector<raw_device> devices;
+  std::optional<std::pair<std::uint64_t, std::uint64_t>> queue;  // depth, limit
+};
+
+struct ledger_config {
+  std::vector<device_spec> devices;
+  std::vector<rate> device_rates;
+  currency cur;
+  idle_sharing share = idle_sharing::none;
+  thresholds alerts;
+};
+
+}  // namespace detail
+
+/// @brief What the ledger says at one moment, over a window: since the ledger started, or since an earlier
+/// snapshot (see since()). Money is exact (nano-units); ratios are 0..1.
+struct ledger_snapshot {
+  std::chrono::nanoseconds window_start{0};  ///< since the ledger started
+  std::chrono::nanoseconds at{0};            ///< since the ledger started
+  std::chrono::nanoseconds wall{0};          ///< at − window_start
+  currency cur{};
+  std::vector<tag_figures> tags;
+  tag_figures total;
+  std::vector<device_figures> devices;
+  money total_cost{};        ///< everything paid: busy + overhead + idle
+  money busy_cost{};         ///< workload cost
+  money overhead_cost{};     ///< model loads
+  money idle_cost{};         ///< paid but not busy
+  money unallocated_idle{};  ///< idle cost not shared out to a tag
+  idle_sharing share = idle_sharing::none;
+  double utilization = 0;                                        ///< fleet busy over fleet wall time
+  std::optional<std::pair<std::uint64_t, std::uint64_t>> queue;  ///< last (depth, limit)
+  std::vector<alert> alerts;
+
+  /// @brief The figures for the tag named `name`, or nullptr.
+  const tag_figures* find(std::string_view name) const noexcept {
+    for (const auto& t : tags)
+      if (t.name == name) return &t;
+    return nullptr;
+  }
+
+  /// @brief The same figures over the window from `earlier` (a snapshot of the same ledger) to this one.
+  ledger_snapshot since(const ledger_snapshot& earlier) const;
+
+  std::shared_ptr<const detail::ledger_config> config_;
+  detail::raw_state raw_;
+};
+
+namespace detail {
+
+inline std::uint64_t diff(std::uint64_t now, std::uint64_t base) { return now >= base ? now - base : 0; }
+
+inline money price_share(money amount, std::uint64_t part, std::uint64_t whole) {
+  if (whole == 0) return money::from_nanos(0, amount.cur());
+  return money::from_nanos(
+      narrow_checked(div_half_even(int128(amount.nanos()) * int128(part), int128(whole)), "share"),
+      amount.cur());
+}
+
+inline batch_model fit_batch_model(const std::array<std::uint64_t, f_fixed_count>& c) {
+  batch_model m;
+  const double n = static_cast<double>(c[f_batches]);
+  const double sn = static_cast<double>(c[f_items]);
+  const double sn2 = static_cast<double>(c[f_sum_n2]);
+  const double st = static_cast<double>(c[f_busy]);
+  const double snt = static_cast<double>(c[f_sum_nt]);
+  const double den = n * sn2 - sn * sn;
+  // den is n² times the variance of the batch sizes: zero when every batch had the same size.
+  if (c[f_batches] < 2 || den <= 1e-9 * n * sn2) return m;
+  m.a_ns = (n * snt - sn * st) / den;
+  m.b_ns = (st - m.a_ns * sn) / n;
+  m.valid = true;
+  return m;
+}
+
+inline latency_percentiles percentiles_of(const histogram_snapshot& h) {
+  using std::chrono::nanoseconds;
+  auto at = [&](double q) { return nanoseconds(static_cast<std::int64_t>(h.value_at(q))); };
+  return {at(0.50), at(0.90), at(0.99), at(0.999)};
+}
+
+inline std::string fmt_pct(double r) {
+  std::string s = std::to_string(r * 100);
+  return s.substr(0, s.find('.') + 2) + "%";
+}
+inline std::string fmt_ms(double ns) {
+  std::string s = std::to_string(ns / 1e6);
+  return s.substr(0, s.find('.') + 2) + " ms";
+}
+
+// Fills the tag-level figures from counter deltas; prices come later, once per-device busy is known.
+inline void count_figures(tag_figures& t, const std::array<std::uint64_t, f_fixed_count>& c,
+                          std::vector<std::uint64_t> busy_by_device, histogram_snapshot hist, currency cur) {
+  using std::chrono::nanoseconds;
+  t.requests = 0;
+  for (std::size_t o = 0; o < outcome_count; ++o) t.requests += t.by_outcome[o] = c[f_outcome0 + o];
+  t.batches = c[f_batches];
+  t.batched_items = c[f_items];
+  t.tokens_in = c[f_tokens_in];
+  t.tokens_out = c[f_tokens_out];
+  t.busy = nanoseconds(static_cast<std::int64_t>(c[f_busy]));
+  t.busy_by_device.clear();
+  for (auto b : busy_by_device) t.busy_by_device.push_back(nanoseconds(static_cast<std::int64_t>(b)));
+  t.mean_batch_size = t.batches ? double(t.batched_items) / double(t.batches) : 0;
+  t.fill = c[f_capacity] ? double(c[f_capacity_items]) / double(c[f_capacity]) : 0;
+  t.cache_hits = c[f_hits_explicit] + c[f_hits_implicit];
+  t.cache_hit_ratio = t.requests ? std::min(1.0, double(t.cache_hits) / double(t.requests)) : 0;
+  // A hit without a figure saved what an average miss of this tag cost: busy time per batched item.
+  std::uint64_t implicit = c[f_items] ? static_cast<std::uint64_t>(div_half_even(
+                                            int128(c[f_busy]) * c[f_hits_implicit], int128(c[f_items])))
+                                      : 0;
+  t.cache_saved_time = nanoseconds(static_cast<std::int64_t>(c[f_saved_explicit] + implicit));
+  t.model = fit_batch_model(c);
+  // With least squares the residuals sum to zero, so the busy time paid equals a·items + b·batches, and
+  // running each request alone, items·(a + b), would have cost b·(items − batches) more.
+  if (t.model.valid && t.model.b_ns > 0 && t.batched_items > t.batches)
+    t.batching_saved_time = nanoseconds(
+        static_cast<std::int64_t>(std::llround(t.model.b_ns * double(t.batched_items - t.batches))));
+  else
+    t.batching_saved_time = nanoseconds(0);
+  t.latency = percentiles_of(hist);
+  t.latency_histogram = std::move(hist);
+  t.busy_cost = t.idle_share = t.cost = t.cost_per_request = t.cache_saved = t.batching_saved =
+      money::from_nanos(0, cur);
+}
+
+inline ledger_snapshot derive(std::shared_ptr<const ledger_config> cfg, raw_state now,
+                              const raw_state* base) {
+  using std::chrono::nanoseconds;
+  const ledger_config& k = *cfg;
+  const std::size_t nd = k.devices.size();
+  const money zero = money::from_nanos(0, k.cur);
+  ledger_snapshot s;
+  s.cur = k.cur;
+  s.share = k.share;
+  s.at = nanoseconds(now.at_ns);
+  s.window_start = nanoseconds(base ? base->at_ns : 0);
+  s.wall = s.at - s.window_start;
+  const auto wall = static_cast<std::uint64_t>(std::max<std::int64_t>(0, s.wall.count()));
+  s.total_cost = s.busy_cost = s.overhead_cost = s.idle_cost = s.unallocated_idle = zero;
+  s.queue = now.queue;
+
+  std::array<std::uint64_t, f_fixed_count> all{};
+  std::vector<std::uint64_t> all_busy(nd, 0);
+  histogram_snapshot all_hist;
+  std::vector<money> dev_busy_cost(nd, zero);
+  s.tags.resize(now.tags.size());
+  for (std::size_t i = 0; i < now.tags.size(); ++i) {
+    const raw_tag& r = now.tags[i];
+    const raw_tag* b = base && i < base->tags.size() ? &base->tags[i] : nullptr;
+    std::array<std::uint64_t, f_fixed_count> c{};
+    for (std::size_t f = 0; f < f_fixed_count; ++f) c[f] = diff(r.c[f], b ? b->c[f] : 0);
+    std::vector<std::uint64_t> busy(nd, 0);
+    for (std::size_t d = 0; d < nd; ++d) busy[d] = diff(r.busy_by_device[d], b ? b->busy_by_device[d] : 0);
+    histogram_snapshot h = b ? r.hist.minus(b->hist) : r.hist;
+    for (std::size_t f = 0; f < f_fixed_count; ++f) all[f] += c[f];
+    for (std::size_t d = 0; d < nd; ++d) all_busy[d] += busy[d];
+    all_hist.merge(h);
+    tag_figures& t = s.tags[i];
+    t.name = r.name;
+    count_figures(t, c, busy, std::move(h), k.cur);
+    for (std::size_t d = 0; d < nd; ++d) {
+      money m = k.device_rates[d].for_duration(nanoseconds(static_cast<std::int64_t>(busy[d])));
+      t.busy_cost += m;
+      dev_busy_cost[d] += m;
+    }
+  }
+
+  std::uint64_t fleet_busy = 0;
+  s.devices.resize(nd);
+  for (std::size_t d = 0; d < nd; ++d) {
+    device_figures& f = s.devices[d];
+    const raw_device& r = now.devices[d];
+    const raw_device* b = base ? &base->devices[d] : nullptr;
+    f.name = k.devices[d].name.empty() ? std::to_string(d) : k.devices[d].name;
+    f.gpu_class = k.devices[d].gpu_class;
+    f.pricing = k.devices[d].pricing;
+    f.price = k.device_rates[d];
+    const std::uint64_t load = diff(r.c[d_load], b ? b->c[d_load] : 0);
+    f.model_loads = diff(r.c[d_loads], b ? b->c[d_loads] : 0);
+    f.model_unloads = diff(r.c[d_unloads], b ? b->c[d_unloads] : 0);
+    f.memory_fraction = r.memory_fraction;
+    f.busy = nanoseconds(static_cast<std::int64_t>(all_busy[d]));
+    f.load = nanoseconds(static_cast<std::int64_t>(load));
+    const std::uint64_t used = all_busy[d] + load;
+    f.idle = nanoseconds(static_cast<std::int64_t>(wall > used ? wall - used : 0));
+    f.utilization = wall ? std::min(1.0, double(all_busy[d]) / double(wall)) : 0;
+    f.busy_cost = dev_busy_cost[d];
+    f.overhead_cost = f.price.for_duration(f.load);
+    f.paid = f.price.for_duration(nanoseconds(static_cast<std::int64_t>(wall)));
+    // As OpenCost charges max(requested, used): busy time recorded past the wall time is still paid for.
+    if (f.paid < f.busy_cost + f.overhead_cost) f.paid = f.busy_cost + f.overhead_cost;
+    f.idle_cost = f.paid - f.busy_cost - f.overhead_cost;
+    s.total_cost += f.paid;
+    s.busy_cost += f.busy_cost;
+    s.overhead_cost += f.overhead_cost;
+    s.idle_cost += f.idle_cost;
+    fleet_busy += all_busy[d];
+
+    // Idle cost shared out; the remainder of the integer split goes to the busiest tag so shares add up.
+    std::vector<std::uint64_t> weight(s.tags.size(), 0);
+    for (std::size_t i = 0; i < s.tags.size(); ++i) {
+      const tag_figures& t = s.tags[i];
+      if (k.share == idle_sharing::by_busy)
+        weight[i] = static_cast<std::uint64_t>(t.busy_by_device[d].count());
+      if (k.share == idle_sharing::uniform) weight[i] = (t.requests || t.batches || t.busy.count()) ? 1 : 0;
+    }
+    std::uint64_t whole = 0;
+    for (auto w : weight) whole += w;
+    if (whole == 0 || f.idle_cost.is_zero()) {
+      s.unallocated_idle += f.idle_cost;
+      continue;
+    }
+    money given = zero;
+    std::size_t heaviest = 0;
+    for (std::size_t i = 0; i < s.tags.size(); ++i) {
+      money share = money::from_nanos(
+          static_cast<std::int64_t>(int128(f.idle_cost.nanos()) * int128(weight[i]) / int128(whole)), k.cur);
+      s.tags[i].idle_share += share;
+      given += share;
+      if (weight[i] > weight[heaviest]) heaviest = i;
+    }
+    s.tags[heaviest].idle_share += f.idle_cost - given;
+  }
+  s.utilization = wall && nd ? std::min(1.0, double(fleet_busy) / (double(wall) * double(nd))) : 0;
+
+  for (tag_figures& t : s.tags) {
+    t.cost = t.busy_cost + t.idle_share;
+    t.cost_per_request = t.requests ? t.cost.divided_by(static_cast<std::int64_t>(t.requests)) : zero;
+    const auto busy = static_cast<std::uint64_t>(t.busy.count());
+    const auto fleet_ns = wall * nd;
+    // Saved time is priced at what this tag's busy time cost per ns, or at the fleet's paid rate if it had
+    // none.
+    auto price = [&](nanoseconds saved) {
+      const auto ns = static_cast<std::uint64_t>(saved.count());
+      return busy ? price_share(t.busy_cost, ns, busy) : price_share(s.total_cost, ns, fleet_ns);
+    };
+    t.cache_saved = price(t.cache_saved_time);
+    t.batching_saved = price(t.batching_saved_time);
+  }
+
+  tag_figures& tot = s.total;
+  tot.name = "total";
+  count_figures(tot, all, all_busy, std::move(all_hist), k.cur);
+  tot.cache_saved_time = tot.batching_saved_time = nanoseconds(0);
+  for (const tag_figures& t : s.tags) {
+    tot.busy_cost += t.busy_cost;
+    tot.idle_share += t.idle_share;
+    tot.cache_saved += t.cache_saved;
+    tot.cache_saved_time += t.cache_saved_time;
+    tot.batching_saved += t.batching_saved;
+    tot.batching_saved_time += t.batching_saved_time;
+  }
+  tot.cost = s.total_cost;
+  tot.cost_per_request = tot.requests ? tot.cost.divided_by(static_cast<std::int64_t>(tot.requests)) : zero;
+
+  const thresholds& th = k.alerts;
+  if (th.enabled) {
+    auto fire = [&](std::string check, std::string subject, double value, double threshold, std::string msg) {
+      s.alerts.push_back({std::move(check), std::move(subject), value, threshold, std::move(msg)});
+    };
+    if (s.wall >= th.utilization_window && s.wall.count() > 0) {
+      for (const device_figures& f : s.devices) {
+        if (f.utilization < th.utilization_low)
+          fire("utilization_low", "device " + f.name, f.utilization, th.utilization_low,
+               "device " + f.name + " was busy " + fmt_pct(f.utilization) + " of the window, under " +
+                   fmt_pct(th.utilization_low) + ": idle GPU-hours are paid for (" + f.idle_cost.to_string() +
+                   ")");
+        if (f.utilization > th.utilization_high)
+          fire("utilization_high", "device " + f.name, f.utilization, th.utilization_high,
+               "device " + f.name + " was busy " + fmt_pct(f.utilization) + " of the window, over " +
+                   fmt_pct(th.utilization_high) + ": no headroom, latency will suffer; add a replica");
+      }
+    }
+    for (std::size_t d = 0; d < nd; ++d) {
+      const raw_device& r = now.devices[d];
+      if (r.memory_high_since_ns && now.at_ns - *r.memory_high_since_ns >= th.memory_window.count())
+        fire("memory_high", "device " + s.devices[d].name, *r.memory_fraction, th.memory_high,
+             "device " + s.devices[d].name + " memory at " + fmt_pct(*r.memory_fraction) + ", over " +
+                 fmt_pct(th.memory_high) + " for " + fmt_ms(double(now.at_ns - *r.memory_high_since_ns)));
+    }
+    auto p99 = [&](const tag_figures& t, std::string subject) {
+      if (t.latency_histogram.count && t.latency.p99 > th.p99_max)
+        fire("p99_latency", subject, double(t.latency.p99.count()) / 1e9, double(th.p99_max.count()) / 1e9,
+             subject + " p99 latency " + fmt_ms(double(t.latency.p99.count())) + " is over " +
+                 fmt_ms(double(th.p99_max.count())));
+    };
+    for (const tag_figures& t : s.tags) p99(t, "feature " + t.name);
+    p99(tot, "total");
+    if (s.queue && s.queue->second) {
+      double r = double(s.queue->first) / double(s.queue->second);
+      if (r > th.queue_high)
+        fire("queue_depth", "queue", r, th.queue_high,
+             "queue depth " + std::to_string(s.queue->first) + " of " + std::to_string(s.queue->second) +
+                 " is over " + fmt_pct(th.queue_high) + " of its limit");
+    }
+  }
+
+  s.config_ = std::move(cfg);
+  s.raw_ = std::move(now);
+  return s;
+}
+
+}  // namespace detail
+
+inline ledger_snapshot ledger_snapshot::since(const ledger_snapshot& earlier) const {
+  if (!config_ || config_ != earlier.config_)
+    throw std::invalid_argument(
+        "frugal::cost::ledger_snapshot::since: the earlier snapshot is of another ledger");
+  if (earlier.raw_.at_ns > raw_.at_ns)
+    throw std::invalid_argument(
+        "frugal::cost::ledger_snapshot::since: the earlier snapshot is later than this one");
+  return detail::derive(config_, raw_, &earlier.raw_);
+}
+
+}  // namespace cost
+FRUGAL_END_NAMESPACE
