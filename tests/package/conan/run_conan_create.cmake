@@ -1,7 +1,7 @@
 # Runs `conan create` of frugal with its test_package, offline: no remote at all, Eigen and xxHash
 # from the system through the wrapper recipes beside this file.
 #   -DROOT=<frugal source>  -DWORK=<scratch folder>  -DTOOLS=<folder for the conan venv>
-#   -DWITH_CUDA=ON|OFF      -DPYTHON=<python3>
+#   -DWITH_CUDA=ON|OFF      -DPYTHON=<python3>  -DEXPECT=<lines the test package must print>
 # Conan comes from, in order: a venv already in TOOLS, a Conan 2 on PATH, or a fresh venv in TOOLS
 # (pip, from PyPI). When none works it prints "frugal-conan-skip:" and the ctest is reported as
 # skipped, except under CI=true, where a missing Conan is a failure.
@@ -56,6 +56,8 @@ if(NOT version)
     execute_process(COMMAND "${venv}/bin/python" -m pip install --disable-pip-version-check -q "conan>=2.0,<3"
                     RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
   endif()
+  string(STRIP "${out}" out)
+  set(out "${rc} ${out}")
   set(conan "${venv}/bin/conan")
   conan_version("${conan}" version)
   if(NOT version)
@@ -85,4 +87,15 @@ set(options -o "frugal/*:with_cuda=False")
 if(WITH_CUDA)
   set(options -o "frugal/*:with_cuda=True")
 endif()
-run("${conan}" create "${ROOT}" -pr:a frugal-offline --build=missing ${options})
+message(STATUS "+ conan create ${ROOT} -pr:a frugal-offline --build=missing ${options}")
+execute_process(COMMAND "${conan}" create "${ROOT}" -pr:a frugal-offline --build=missing ${options}
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out ECHO_OUTPUT_VARIABLE ECHO_ERROR_VARIABLE)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "conan create failed (${rc})")
+endif()
+foreach(line ${EXPECT})
+  if(NOT out MATCHES "${line}")
+    message(FATAL_ERROR "conan create passed but its test package never printed \"${line}\"")
+  endif()
+endforeach()
+message(STATUS "conan create and test_package passed")
