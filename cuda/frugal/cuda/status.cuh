@@ -1,0 +1,68 @@
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "frugal/config.hpp"
+
+FRUGAL_BEGIN_NAMESPACE
+namespace cuda {
+
+/// @brief Why an operation cannot run, or did not run; `success` when it did.
+enum class status_code {
+  success,
+  invalid_problem,      ///< M, N or K out of range
+  invalid_pointer,      ///< a required pointer is null
+  misaligned_operand,   ///< a pointer or leading dimension breaks the kernel's vector width
+  invalid_k,            ///< K is not a multiple of what the kernel needs
+  unsupported_group,    ///< weight-only int4 group size not supported, or K not a multiple of it
+  unsupported_type,     ///< input or output element type not supported by this operation
+  unsupported_arch,     ///< the device's compute capability has no kernel here
+  workspace_too_small,  ///< split-K needs more workspace than was given
+  cuda_error,           ///< a CUDA runtime call or a launch failed
+  cublas_error,         ///< a cuBLASLt call failed or found no algorithm
+};
+
+/// @brief The name of a status code, e.g. "misaligned_operand".
+inline const char* to_string(status_code c) noexcept {
+  switch (c) {
+    case status_code::success: return "success";
+    case status_code::invalid_problem: return "invalid_problem";
+    case status_code::invalid_pointer: return "invalid_pointer";
+    case status_code::misaligned_operand: return "misaligned_operand";
+    case status_code::invalid_k: return "invalid_k";
+    case status_code::unsupported_group: return "unsupported_group";
+    case status_code::unsupported_type: return "unsupported_type";
+    case status_code::unsupported_arch: return "unsupported_arch";
+    case status_code::workspace_too_small: return "workspace_too_small";
+    case status_code::cuda_error: return "cuda_error";
+    case status_code::cublas_error: return "cublas_error";
+  }
+  return "unknown";
+}
+
+/// @brief The outcome of can_implement() or run(): a code and a readable message; true on success.
+struct status {
+  status_code code = status_code::success;
+  std::string message;
+
+  static status ok() { return {}; }
+  explicit operator bool() const noexcept { return code == status_code::success; }
+  /// @brief "code: message", for logs and test failures.
+  std::string str() const { return message.empty() ? to_string(code) : std::string(to_string(code)) + ": " + message; }
+};
+
+inline status make_status(status_code code, std::string message) { return {code, std::move(message)}; }
+
+/// @brief A status from a CUDA runtime error; `what` names the call that failed.
+inline status cuda_status(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return status::ok();
+  return make_status(status_code::cuda_error, std::string(what) + ": " + cudaGetErrorString(e));
+}
+
+/// @brief The status of the launch just made: cudaGetLastError() after every launch.
+inline status launch_status(const char* kernel) { return cuda_status(cudaGetLastError(), kernel); }
+
+}  // namespace cuda
+FRUGAL_END_NAMESPACE
