@@ -52,16 +52,22 @@ class key_hasher;
 namespace detail {
 
 // Bytes are hashed as they lie in memory only when equal values have equal bytes: no padding, no
-// pointers (an address is not content). Floating point is allowed; -0.0 and 0.0 then differ.
+// pointers (an address is not content), no views (string_view, span: their content is hashed, as a
+// range). Floating point is allowed; -0.0 and 0.0 then differ. A struct holding a raw pointer cannot
+// be told apart here: give it a hash_append.
 template <class T>
 concept bytewise_hashable =
     std::is_trivially_copyable_v<T> && !std::is_pointer_v<T> && !std::is_member_pointer_v<T> &&
-    !std::is_array_v<T> &&
+    !std::is_array_v<T> && !std::ranges::range<T> &&
     (std::is_arithmetic_v<T> || std::is_enum_v<T> || std::has_unique_object_representations_v<T>);
 
 template <class T>
 concept char_type = std::is_same_v<T, char> || std::is_same_v<T, char8_t> || std::is_same_v<T, char16_t> ||
     std::is_same_v<T, char32_t> || std::is_same_v<T, wchar_t>;
+
+template <class T>
+concept contiguous_bytes = std::ranges::contiguous_range<const T> && std::ranges::sized_range<const T> &&
+    bytewise_hashable<std::ranges::range_value_t<const T>>;
 
 template <class T>
 concept tuple_like = requires {
@@ -154,8 +160,7 @@ class key_hasher {
       append_one(std::basic_string_view<std::remove_cv_t<std::remove_pointer_t<T>>>(v));
     } else if constexpr (detail::bytewise_hashable<T>) {
       update(&v, sizeof(T));
-    } else if constexpr (std::ranges::contiguous_range<const T> && std::ranges::sized_range<const T> &&
-                         detail::bytewise_hashable<std::ranges::range_value_t<const T>>) {
+    } else if constexpr (detail::contiguous_bytes<T>) {
       using E = std::ranges::range_value_t<const T>;
       const auto n = std::ranges::size(v);
       append_length(n);
