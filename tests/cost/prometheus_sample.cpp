@@ -1,0 +1,41 @@
+// Prints a ledger's Prometheus exposition, for `promtool check metrics`; the ledger is fed as the demo does,
+// with every kind of record, two tags (one with a label value that needs escaping), two devices and alerts.
+#include <chrono>
+#include <cstdio>
+
+#include "frugal/clock.hpp"
+#include "frugal/cost.hpp"
+
+int main() {
+  using namespace std::chrono_literals;
+  namespace fc = frugal::cost;
+  frugal::manual_clock clock;
+  fc::ledger led({.prices = {{.gpu_class = "A100",
+                              .on_demand = fc::rate::per_hour(fc::money::parse("$3.60")),
+                              .spot = fc::rate::per_hour(fc::money::parse("$1.20"))}},
+                  .devices = {{.gpu_class = "A100"}, {.gpu_class = "A100", .pricing = fc::billing::spot}},
+                  .share_idle = fc::idle_sharing::by_busy,
+                  .alerts = {.utilization_window = 1s}},
+                 clock);
+  const fc::tag_id chat = led.tag("chat");
+  const fc::tag_id odd = led.tag("say \"hi\"\\now");
+  led.record_model_load(1, 2s);
+  for (int i = 0; i < 200; ++i) {
+    const fc::tag_id t = i % 3 ? chat : odd;
+    led.record_batch({.tag = t,
+                      .device = std::size_t(i % 2),
+                      .busy = std::chrono::milliseconds(2 + i % 5),
+                      .batch_size = std::uint32_t(1 + i % 8),
+                      .capacity = 8,
+                      .tokens_in = 64,
+                      .tokens_out = 16});
+    led.record_request(t, std::chrono::milliseconds(5 + i * 7 % 900),
+                       i % 17 ? fc::outcome::ok : fc::outcome::error);
+    if (i % 4 == 0) led.record_cache_hit(t);
+    clock.advance(50ms);
+  }
+  led.record_queue_depth(95, 100);
+  const std::string text = fc::to_prometheus(led.snapshot());
+  std::fwrite(text.data(), 1, text.size(), stdout);
+  return 0;
+}
