@@ -646,6 +646,8 @@ class batcher {
     s.queued_cost = c.live_cost;
     s.in_flight = c.in_flight.load(std::memory_order_relaxed);
     s.in_flight_batches = c.in_flight_batches.load(std::memory_order_relaxed);
+    s.waiting_workers = c.waiting_workers;
+    s.blocked_submits = c.blocked_producers;
     if (c.batch_seq != 0) {
       std::uint64_t handed = 0;
       for (std::size_t n = 0; n < c.sizes.size(); ++n) handed += n * c.sizes[n];

@@ -94,7 +94,13 @@ class outcome {
     rethrow_if_error();
     return std::get<0>(std::move(v_));
   }
+  const T& value() const& {
+    rethrow_if_error();
+    return std::get<0>(v_);
+  }
+  /// @brief The result, unchecked: only after has_value().
   T& operator*() & { return std::get<0>(v_); }
+  const T& operator*() const& { return std::get<0>(v_); }
   T&& operator*() && { return std::get<0>(std::move(v_)); }
 
   /// @brief The error, or a null pointer when there is a value.

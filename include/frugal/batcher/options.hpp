@@ -108,6 +108,9 @@ struct batcher_stats {
   /// Requests in batches handed out and not yet resolved.
   std::size_t in_flight = 0;
   std::size_t in_flight_batches = 0;
+  /// Workers blocked in next_batch and producers blocked in submit (overflow::block) right now.
+  std::size_t waiting_workers = 0;
+  std::size_t blocked_submits = 0;
   double mean_batch_size = 0;
   /// Mean over batches of size / max_batch (max_batch as it was when the batch was cut).
   double mean_fill_ratio = 0;
