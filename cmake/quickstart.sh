@@ -26,9 +26,9 @@ need_packages() {
   fi
 }
 
-# Until examples/serve lands, the demo is the hello example.
-DEMO_TARGET=frugal_hello
-DEMO_PATH=frugal_hello
+# The main demo: examples/serve with its default config (examples/serve/config.json).
+DEMO_TARGET=frugal_serve
+DEMO_PATH=serve/frugal_serve
 
 case "${1:-}" in
   demo)

@@ -2,3 +2,8 @@
 
 /// @brief Every host component of frugal. Nothing here needs nvcc; CUDA lives in <frugal/cuda/...>.
 #include "frugal/config.hpp"
+#include "frugal/clock.hpp"
+#include "frugal/batcher.hpp"
+#include "frugal/cache.hpp"
+#include "frugal/cost.hpp"
+#include "frugal/quant.hpp"

@@ -1,0 +1,158 @@
+#pragma once
+
+// The demo's model: a stack of dense layers with GELU between them, weights drawn from a seed with
+// the statistics of real transformer layers (Gaussian, plus a few input channels that carry outliers).
+// It runs in fp32 on Eigen, or on frugal's int8 CPU kernels (W8A8, weight-only int8 and int4).
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <frugal/quant.hpp>
+
+namespace serve {
+
+using matrix = frugal::quant::row_matrix;
+
+enum class precision { fp32, w8a8, w8a16, w4a16 };
+
+inline precision parse_precision(const std::string& s) {
+  if (s == "fp32") return precision::fp32;
+  if (s == "int8" || s == "w8a8") return precision::w8a8;
+  if (s == "w8a16" || s == "int8-weight-only") return precision::w8a16;
+  if (s == "w4a16" || s == "int4" || s == "int4-weight-only") return precision::w4a16;
+  throw std::invalid_argument("config: precision \"" + s + "\" is not one of fp32, int8 (w8a8), w8a16, w4a16");
+}
+
+inline const char* name(precision p) {
+  switch (p) {
+    case precision::fp32: return "fp32";
+    case precision::w8a8: return "int8 W8A8";
+    case precision::w8a16: return "int8 weight-only";
+    case precision::w4a16: return "int4 weight-only";
+  }
+  return "?";
+}
+
+struct model_config {
+  std::vector<int> dims{1024, 4096, 1024, 4096, 1024};
+  int outlier_channels = 4;  // input channels per layer with outlier_scale times the typical magnitude
+  float outlier_scale = 3.0f;
+  std::uint64_t seed = 42;
+};
+
+inline void gelu_inplace(matrix& x) {
+  constexpr float k = 0.7978845608028654f;  // sqrt(2 / pi), the tanh form that the kernels use
+  x = x.unaryExpr([](float v) { return 0.5f * v * (1.0f + std::tanh(k * (v + 0.044715f * v * v * v))); });
+}
+
+class mlp {
+ public:
+  mlp(const model_config& cfg, precision p) : cfg_(cfg), precision_(p) {
+    if (cfg.dims.size() < 2) throw std::invalid_argument("config: model.dims needs at least two sizes");
+    for (int d : cfg.dims)
+      if (d <= 0 || d % 128 != 0)
+        throw std::invalid_argument("config: model.dims entries must be positive multiples of 128, got " +
+                                    std::to_string(d));
+    std::mt19937_64 rng(cfg.seed);
+    for (std::size_t l = 0; l + 1 < cfg.dims.size(); ++l) {
+      const int in = cfg.dims[l], out = cfg.dims[l + 1];
+      std::normal_distribution<float> n(0.0f, 1.0f / std::sqrt(static_cast<float>(in)));
+      matrix w(out, in);
+      for (Eigen::Index i = 0; i < w.size(); ++i) w.data()[i] = n(rng);
+      // Outlier input channels: a few columns an order of magnitude larger, as in LLM layers.
+      std::uniform_int_distribution<int> pick(0, in - 1);
+      for (int c = 0; c < cfg.outlier_channels; ++c) w.col(pick(rng)) *= cfg.outlier_scale;
+      std::vector<float> bias(static_cast<std::size_t>(out));
+      std::normal_distribution<float> nb(0.0f, 0.02f);
+      for (auto& b : bias) b = nb(rng);
+      layers_.push_back(make_layer(std::move(w), std::move(bias)));
+    }
+  }
+
+  int input_dim() const { return cfg_.dims.front(); }
+  int output_dim() const { return cfg_.dims.back(); }
+  precision kind() const { return precision_; }
+
+  /// Weight bytes as deployed at this precision (with scales).
+  std::size_t weight_bytes() const {
+    std::size_t b = 0;
+    for (const auto& l : layers_) {
+      switch (precision_) {
+        case precision::fp32: b += static_cast<std::size_t>(l.w.size()) * sizeof(float); break;
+        case precision::w8a8:
+        case precision::w8a16: b += l.w8.memory_bytes(); break;
+        case precision::w4a16: b += l.w4.memory_bytes(); break;
+      }
+    }
+    return b;
+  }
+
+  /// Runs rows of x (batch x input_dim) through every layer.
+  matrix forward(const matrix& x) const {
+    matrix h = x, next;
+    for (std::size_t l = 0; l < layers_.size(); ++l) {
+      const bool last = l + 1 == layers_.size();
+      const auto act = last ? frugal::quant::activation_kind::none : frugal::quant::activation_kind::gelu;
+      const layer& L = layers_[l];
+      switch (precision_) {
+        case precision::fp32:
+          next.noalias() = h * L.w.transpose();
+          next.rowwise() += Eigen::Map<const Eigen::RowVectorXf>(L.bias.data(), static_cast<Eigen::Index>(L.bias.size()));
+          if (!last) gelu_inplace(next);
+          break;
+        case precision::w8a8: {
+          auto qa = frugal::quant::quantize_rows(h);
+          frugal::quant::gemm_w8a8(qa, L.w8, next, {.bias = L.bias, .activation = act});
+          break;
+        }
+        case precision::w8a16:
+          frugal::quant::gemm_weight_only(h, L.w8, next, {.bias = L.bias, .activation = act});
+          break;
+        case precision::w4a16:
+          frugal::quant::gemm_weight_only(h, L.w4, next, {.bias = L.bias, .activation = act});
+          break;
+      }
+      std::swap(h, next);
+    }
+    return h;
+  }
+
+ private:
+  struct layer {
+    matrix w;  // fp32 master copy (out x in); kept only for fp32
+    std::vector<float> bias;
+    frugal::quant::quantized_weights w8;
+    frugal::quant::int4_weights w4;
+  };
+
+  layer make_layer(matrix w, std::vector<float> bias) const {
+    layer l;
+    l.bias = std::move(bias);
+    switch (precision_) {
+      case precision::fp32: l.w = std::move(w); break;
+      case precision::w8a8:
+      case precision::w8a16: l.w8 = frugal::quant::quantize_weights_per_channel(w); break;
+      case precision::w4a16: l.w4 = frugal::quant::quantize_int4(w, {.group_size = 128}); break;
+    }
+    return l;
+  }
+
+  model_config cfg_;
+  precision precision_;
+  std::vector<layer> layers_;
+};
+
+/// The pool of distinct inputs that traffic draws from; activations with a few outlier features.
+inline matrix make_input_pool(int count, int dim, std::uint64_t seed) {
+  std::mt19937_64 rng(seed ^ 0x9e3779b97f4a7c15ull);
+  std::normal_distribution<float> n(0.0f, 1.0f);
+  matrix x(count, dim);
+  for (Eigen::Index i = 0; i < x.size(); ++i) x.data()[i] = n(rng);
+  for (int c = 0; c < 4; ++c) x.col((c * 257) % dim) *= 6.0f;
+  return x;
+}
+
+}  // namespace serve

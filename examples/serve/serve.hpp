@@ -1,0 +1,512 @@
+#pragma once
+
+// The main demo as a library, so that a test can run a short scripted version of it: a user-owned
+// inference loop built from frugal's batcher, quantized kernels, result cache and cost ledger, served
+// the same traffic under a ladder of configurations.
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <cstdint>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <frugal/frugal.hpp>
+#include <nlohmann/json.hpp>
+
+#include "model.hpp"
+
+namespace serve {
+
+using clock = std::chrono::steady_clock;
+using nlohmann::json;
+
+struct phase {
+  std::string kind;    // "closed": `clients` in a loop; "poisson": open arrivals at `rate`/s; "idle": nothing for `ms`
+  int clients = 0;
+  int requests = 0;
+  double rate = 0;
+  double ms = 0;
+};
+
+struct step_config {
+  std::string name;
+  std::string why;
+  std::string precision = "fp32";
+  bool batching = true;
+  bool cache = false;
+  std::string policy = "fixed";  // or "adaptive"
+};
+
+struct config {
+  std::string model_name = "mlp-1024x4096";
+  model_config model{};
+  std::string gpu_name = "A10G (example price)";
+  std::string gpu_hourly_usd = "1.006";
+  double window_ms = 5;
+  int max_batch = 32;
+  double latency_target_ms = 50;
+  std::size_t max_queued = 100000;
+  std::size_t cache_entries = 1024;
+  std::size_t cache_bytes = std::size_t{64} << 20;
+  int pool = 4096;
+  double zipf_s = 1.0;
+  int accuracy_sample = 256;
+  std::vector<phase> phases;
+  std::vector<step_config> ladder;
+  std::string out_dir = "serve-out";
+  bool quiet = false;
+};
+
+/// Reads a config; every field is optional and falls back to the defaults of `config`.
+inline config parse_config(const json& j) {
+  config c;
+  auto get = [](const json& o, const char* key, auto& field) {
+    if (o.contains(key)) field = o.at(key).get<std::remove_reference_t<decltype(field)>>();
+  };
+  get(j, "seed", c.model.seed);
+  get(j, "out_dir", c.out_dir);
+  get(j, "quiet", c.quiet);
+  if (j.contains("model")) {
+    const auto& m = j["model"];
+    get(m, "name", c.model_name);
+    get(m, "dims", c.model.dims);
+    get(m, "outlier_channels", c.model.outlier_channels);
+    get(m, "outlier_scale", c.model.outlier_scale);
+  }
+  if (j.contains("gpu")) {
+    get(j["gpu"], "name", c.gpu_name);
+    get(j["gpu"], "hourly_usd", c.gpu_hourly_usd);
+  }
+  if (j.contains("batcher")) {
+    const auto& b = j["batcher"];
+    get(b, "window_ms", c.window_ms);
+    get(b, "max_batch", c.max_batch);
+    get(b, "latency_target_ms", c.latency_target_ms);
+    get(b, "max_queued", c.max_queued);
+  }
+  if (j.contains("cache")) {
+    get(j["cache"], "max_entries", c.cache_entries);
+    get(j["cache"], "max_bytes", c.cache_bytes);
+  }
+  if (j.contains("traffic")) {
+    const auto& t = j["traffic"];
+    get(t, "pool", c.pool);
+    get(t, "zipf_s", c.zipf_s);
+    get(t, "accuracy_sample", c.accuracy_sample);
+    if (t.contains("phases"))
+      for (const auto& p : t["phases"]) {
+        phase ph;
+        get(p, "kind", ph.kind);
+        get(p, "clients", ph.clients);
+        get(p, "requests", ph.requests);
+        get(p, "rate", ph.rate);
+        get(p, "ms", ph.ms);
+        c.phases.push_back(ph);
+      }
+  }
+  if (j.contains("ladder"))
+    for (const auto& s : j["ladder"]) {
+      step_config st;
+      get(s, "name", st.name);
+      get(s, "why", st.why);
+      get(s, "precision", st.precision);
+      get(s, "batching", st.batching);
+      get(s, "cache", st.cache);
+      get(s, "policy", st.policy);
+      c.ladder.push_back(st);
+    }
+
+  auto bad = [](const std::string& what) { throw std::invalid_argument("config: " + what); };
+  if (c.pool <= 0) bad("traffic.pool must be > 0");
+  if (c.zipf_s < 0) bad("traffic.zipf_s must be >= 0");
+  if (c.max_batch <= 0) bad("batcher.max_batch must be > 0");
+  if (c.window_ms < 0) bad("batcher.window_ms must be >= 0");
+  if (c.latency_target_ms <= 0) bad("batcher.latency_target_ms must be > 0");
+  if (c.phases.empty()) bad("traffic.phases must not be empty");
+  if (c.ladder.empty()) bad("ladder must not be empty");
+  for (std::size_t i = 0; i < c.phases.size(); ++i) {
+    const auto& p = c.phases[i];
+    const std::string at = "traffic.phases[" + std::to_string(i) + "]";
+    if (p.kind == "closed") {
+      if (p.clients <= 0 || p.requests <= 0) bad(at + ": a closed phase needs clients > 0 and requests > 0");
+    } else if (p.kind == "poisson") {
+      if (p.rate <= 0 || p.requests <= 0) bad(at + ": a poisson phase needs rate > 0 and requests > 0");
+    } else if (p.kind == "idle") {
+      if (p.ms < 0) bad(at + ": an idle phase needs ms >= 0");
+    } else {
+      bad(at + ".kind \"" + p.kind + "\" is not closed, poisson or idle");
+    }
+  }
+  for (std::size_t i = 0; i < c.ladder.size(); ++i) {
+    const auto& s = c.ladder[i];
+    (void)parse_precision(s.precision);
+    if (s.policy != "fixed" && s.policy != "adaptive")
+      bad("ladder[" + std::to_string(i) + "].policy \"" + s.policy + "\" is not fixed or adaptive");
+  }
+  (void)frugal::cost::money::parse(c.gpu_hourly_usd);
+  return c;
+}
+
+/// Applies `--a.b.c=value` overrides to a JSON config; the value is read as JSON, or else as a string.
+inline void apply_override(json& j, const std::string& arg) {
+  const auto eq = arg.find('=');
+  if (arg.rfind("--", 0) != 0 || eq == std::string::npos)
+    throw std::invalid_argument("command line: \"" + arg + "\" is not of the form --key.path=value");
+  const std::string path = arg.substr(2, eq - 2), text = arg.substr(eq + 1);
+  json* node = &j;
+  std::size_t start = 0;
+  for (;;) {
+    const auto dot = path.find('.', start);
+    const std::string key = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+    if (key.empty()) throw std::invalid_argument("command line: empty key in \"" + path + "\"");
+    if (dot == std::string::npos) {
+      json v = json::parse(text, nullptr, /*allow_exceptions=*/false);
+      (*node)[key] = v.is_discarded() ? json(text) : v;
+      return;
+    }
+    node = &(*node)[key];
+    start = dot + 1;
+  }
+}
+
+/// One request of the traffic plan: which pooled input, which phase, and when (open-loop phases).
+struct planned_request {
+  int input = 0;
+  int phase = 0;
+  clock::duration offset{0};  // from the phase's start
+};
+
+/// The same plan for every step: Zipf-distributed inputs, Poisson offsets, all from the seed.
+inline std::vector<planned_request> make_plan(const config& c) {
+  std::mt19937_64 rng(c.model.seed * 7919 + 1);
+  std::vector<double> cdf(static_cast<std::size_t>(c.pool));
+  double sum = 0;
+  for (int i = 0; i < c.pool; ++i) cdf[static_cast<std::size_t>(i)] = (sum += 1.0 / std::pow(i + 1.0, c.zipf_s));
+  for (auto& v : cdf) v /= sum;
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  // A random permutation, so that popular inputs are spread over the pool and not the first rows.
+  std::vector<int> perm(static_cast<std::size_t>(c.pool));
+  for (int i = 0; i < c.pool; ++i) perm[static_cast<std::size_t>(i)] = i;
+  std::shuffle(perm.begin(), perm.end(), rng);
+  auto draw = [&] {
+    const auto it = std::lower_bound(cdf.begin(), cdf.end(), u(rng));
+    return perm[static_cast<std::size_t>(std::min<std::ptrdiff_t>(it - cdf.begin(), c.pool - 1))];
+  };
+  std::vector<planned_request> plan;
+  for (std::size_t p = 0; p < c.phases.size(); ++p) {
+    const auto& ph = c.phases[p];
+    double t = 0;
+    std::exponential_distribution<double> gap(ph.kind == "poisson" ? ph.rate : 1.0);
+    for (int i = 0; i < ph.requests && ph.kind != "idle"; ++i) {
+      if (ph.kind == "poisson") t += gap(rng);
+      plan.push_back({draw(), static_cast<int>(p), std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(t))});
+    }
+  }
+  return plan;
+}
+
+struct step_result {
+  std::string name, why, precision, policy;
+  std::uint64_t requests = 0, answered = 0, failed = 0, model_calls = 0, cache_hits = 0;
+  double throughput = 0;  // requests per second over the closed-loop (saturating) phases
+  double p50_ms = 0, p99_ms = 0;
+  double busy_s = 0, wall_s = 0, utilization = 0;
+  double mean_batch = 0;
+  frugal::cost::money cost{}, cost_per_1k{};
+  double savings = 0;  // against the first step
+  double hit_ratio = 0;
+  double ledger_cache_saved_fraction = 0;  // the ledger's cache savings over (busy cost + cache savings)
+  double cosine_mean = 1, max_rel_error = 0;
+  std::size_t weight_bytes = 0;
+  std::string prometheus, json_export, table;
+  frugal::cost::ledger_snapshot snapshot;
+};
+
+struct request {
+  int input = 0;
+  frugal::key128 key{};
+};
+using output = std::shared_ptr<const std::vector<float>>;
+
+// Accuracy against the fp32 outputs, over the requests whose input is in the reference sample.
+struct accuracy_tally {
+  std::mutex m;
+  double cosine_sum = 0, max_rel = 0;
+  std::uint64_t count = 0;
+  void add(const std::vector<float>& got, const float* ref, std::size_t n) {
+    double dot = 0, gg = 0, rr = 0, dd = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      dot += double(got[i]) * ref[i];
+      gg += double(got[i]) * got[i];
+      rr += double(ref[i]) * ref[i];
+      dd += (double(got[i]) - ref[i]) * (double(got[i]) - ref[i]);
+    }
+    const double cos = dot / std::sqrt(gg * rr + 1e-300), rel = std::sqrt(dd / (rr + 1e-300));
+    std::lock_guard g(m);
+    cosine_sum += cos;
+    max_rel = std::max(max_rel, rel);
+    ++count;
+  }
+};
+
+using progress_fn = std::function<void(const std::string& phase, std::uint64_t done, std::uint64_t total, double rate)>;
+
+struct shared_inputs {
+  const config& cfg;
+  const matrix& pool;
+  const matrix& reference;  // fp32 outputs of the first accuracy_sample pool rows
+  const std::vector<planned_request>& plan;
+};
+
+template <class Policy>
+step_result run_step(const step_config& st, const shared_inputs& in, Policy policy, const progress_fn& progress) {
+  const config& cfg = in.cfg;
+  const mlp model(cfg.model, parse_precision(st.precision));
+  const int dim = model.input_dim(), out_dim = model.output_dim();
+
+  frugal::batcher_options bopt{
+      .window = st.batching ? std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double, std::milli>(cfg.window_ms))
+                            : std::chrono::nanoseconds(0),
+      .max_batch = st.batching ? static_cast<std::size_t>(cfg.max_batch) : 1,
+      .max_queued = cfg.max_queued,
+  };
+  frugal::batcher<request, output, Policy> batcher(bopt, {}, std::move(policy));
+
+  const auto price = frugal::cost::rate::per_hour(frugal::cost::money::parse(cfg.gpu_hourly_usd));
+  frugal::cost::ledger<> ledger({.prices = {{.gpu_class = cfg.gpu_name, .on_demand = price}},
+                                 .devices = {{.gpu_class = cfg.gpu_name, .name = "cpu0"}}});
+  const auto tag = ledger.tag(cfg.model_name);
+
+  std::optional<frugal::lru_cache<std::vector<float>>> cache;
+  if (st.cache) cache.emplace(frugal::lru_cache<std::vector<float>>::options{.max_entries = cfg.cache_entries, .max_bytes = cfg.cache_bytes});
+
+  accuracy_tally acc;
+  std::atomic<std::uint64_t> answered{0}, failed{0};
+  std::mutex done_m;
+  std::condition_variable done_cv;
+  std::uint64_t in_flight = 0;
+
+  auto finish = [&](int input, const output* out, clock::time_point start, bool ok) {
+    const auto latency = clock::now() - start;
+    ledger.record_request(tag, std::chrono::duration_cast<std::chrono::nanoseconds>(latency),
+                          ok ? frugal::cost::outcome::ok : frugal::cost::outcome::error);
+    if (ok && input < cfg.accuracy_sample)
+      acc.add(**out, in.reference.row(input).data(), static_cast<std::size_t>(out_dim));
+    (ok ? answered : failed).fetch_add(1, std::memory_order_relaxed);
+    {
+      std::lock_guard g(done_m);
+      --in_flight;
+    }
+    done_cv.notify_all();
+  };
+
+  // The user-owned inference loop: pull a batch, run one model call, hand every caller its result.
+  std::jthread worker([&](std::stop_token stop) {
+    matrix x;
+    while (auto b = batcher.next_batch(stop)) {
+      auto reqs = b->requests();
+      x.resize(static_cast<Eigen::Index>(reqs.size()), dim);
+      for (std::size_t i = 0; i < reqs.size(); ++i) x.row(static_cast<Eigen::Index>(i)) = in.pool.row(reqs[i].input);
+      try {
+        const auto t0 = clock::now();
+        const matrix y = model.forward(x);
+        const auto busy = clock::now() - t0;
+        std::vector<output> results;
+        results.reserve(reqs.size());
+        for (std::size_t i = 0; i < reqs.size(); ++i) {
+          const float* r = y.row(static_cast<Eigen::Index>(i)).data();
+          results.push_back(std::make_shared<const std::vector<float>>(r, r + out_dim));
+          if (cache) cache->put(reqs[i].key, results.back());
+        }
+        ledger.record_batch({.tag = tag,
+                             .busy = std::chrono::duration_cast<std::chrono::nanoseconds>(busy),
+                             .batch_size = static_cast<std::uint32_t>(reqs.size()),
+                             .capacity = static_cast<std::uint32_t>(b->max_batch())});
+        b->report_duration(busy);
+        b->fulfill(std::move(results));
+      } catch (...) {
+        b->fail(std::current_exception());
+      }
+    }
+  });
+
+  auto issue = [&](const planned_request& pr, clock::time_point start) {
+    {
+      std::lock_guard g(done_m);
+      ++in_flight;
+    }
+    const float* row = in.pool.row(pr.input).data();
+    request r{pr.input, {}};
+    if (cache) {
+      r.key = frugal::hash_key(cfg.model_name, std::span<const float>(row, static_cast<std::size_t>(dim)));
+      if (auto hit = cache->get(r.key)) {
+        ledger.record_cache_hit(tag);
+        finish(pr.input, &hit, start, true);
+        return;
+      }
+    }
+    const int input = pr.input;
+    batcher.submit(std::move(r), [&finish, input, start](frugal::outcome<output> o) noexcept {
+      if (o.has_value()) finish(input, &*o, start, true);
+      else finish(input, nullptr, start, false);
+    });
+  };
+
+  const auto step_start = clock::now();
+  double closed_seconds = 0;
+  std::uint64_t closed_requests = 0, done_total = 0;
+  const std::uint64_t total = in.plan.size();
+  std::size_t next = 0;
+  auto report = [&](const std::string& what, clock::time_point since) {
+    if (!progress) return;
+    const double s = std::chrono::duration<double>(clock::now() - since).count();
+    progress(st.name + ": " + what, done_total, total, s > 0 ? static_cast<double>(done_total) / s : 0);
+  };
+  for (std::size_t p = 0; p < cfg.phases.size(); ++p) {
+    const phase& ph = cfg.phases[p];
+    const auto phase_start = clock::now();
+    auto last_report = phase_start;
+    if (ph.kind == "idle") {
+      report("idle", step_start);
+      std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(ph.ms));
+      continue;
+    }
+    std::uint64_t issued = 0;
+    for (; next < in.plan.size() && in.plan[next].phase == static_cast<int>(p); ++next, ++issued) {
+      clock::time_point start;
+      if (ph.kind == "closed") {
+        std::unique_lock lk(done_m);
+        done_cv.wait(lk, [&] { return in_flight < static_cast<std::uint64_t>(ph.clients); });
+        start = clock::now();
+      } else {
+        start = phase_start + in.plan[next].offset;  // intended time: no coordinated omission
+        std::this_thread::sleep_until(start);
+      }
+      issue(in.plan[next], start);
+      done_total = answered.load() + failed.load();
+      if (clock::now() - last_report > std::chrono::milliseconds(500)) {
+        report(ph.kind, step_start);
+        last_report = clock::now();
+      }
+    }
+    {
+      std::unique_lock lk(done_m);
+      done_cv.wait(lk, [&] { return in_flight == 0; });
+    }
+    done_total = answered.load() + failed.load();
+    if (ph.kind == "closed") {
+      closed_seconds += std::chrono::duration<double>(clock::now() - phase_start).count();
+      closed_requests += issued;
+    }
+  }
+  report("done", step_start);
+  batcher.close();
+  worker.request_stop();
+  worker.join();
+
+  step_result r;
+  r.name = st.name;
+  r.why = st.why;
+  r.precision = name(model.kind());
+  r.policy = st.batching ? st.policy : "none";
+  r.weight_bytes = model.weight_bytes();
+  r.snapshot = ledger.snapshot();
+  const auto& s = r.snapshot;
+  r.requests = s.total.requests;
+  r.answered = answered.load();
+  r.failed = failed.load();
+  r.model_calls = s.total.batches;
+  r.cache_hits = s.total.cache_hits;
+  r.throughput = closed_seconds > 0 ? static_cast<double>(closed_requests) / closed_seconds : 0;
+  r.p50_ms = std::chrono::duration<double, std::milli>(s.total.latency.p50).count();
+  r.p99_ms = std::chrono::duration<double, std::milli>(s.total.latency.p99).count();
+  r.busy_s = std::chrono::duration<double>(s.total.busy).count();
+  r.wall_s = std::chrono::duration<double>(s.wall).count();
+  r.utilization = s.utilization;
+  r.mean_batch = s.total.mean_batch_size;
+  r.cost = s.total_cost;
+  r.cost_per_1k = r.requests ? s.total_cost.mul_div(1000, static_cast<std::int64_t>(r.requests)) : s.total_cost;
+  r.hit_ratio = s.total.cache_hit_ratio;
+  const double saved = static_cast<double>(s.total.cache_saved.nanos()), busy = static_cast<double>(s.busy_cost.nanos());
+  r.ledger_cache_saved_fraction = saved + busy > 0 ? saved / (saved + busy) : 0;
+  if (acc.count) {
+    r.cosine_mean = acc.cosine_sum / static_cast<double>(acc.count);
+    r.max_rel_error = acc.max_rel;
+  }
+  r.prometheus = frugal::cost::to_prometheus(s);
+  r.json_export = frugal::cost::to_json(s);
+  r.table = frugal::cost::to_table(s);
+  return r;
+}
+
+/// Serves the plan under every step of the ladder; step i's savings are against step 0.
+inline std::vector<step_result> run(const config& cfg, const progress_fn& progress = {}) {
+  const matrix pool = make_input_pool(cfg.pool, cfg.model.dims.front(), cfg.model.seed);
+  const int sample = std::min(cfg.accuracy_sample, cfg.pool);
+  const matrix reference = mlp(cfg.model, precision::fp32).forward(pool.topRows(sample));
+  const auto plan = make_plan(cfg);
+  const shared_inputs in{cfg, pool, reference, plan};
+  std::vector<step_result> out;
+  for (const auto& st : cfg.ladder) {
+    if (st.policy == "adaptive" && st.batching) {
+      frugal::adaptive pol(frugal::adaptive_options{
+          .latency_target = std::chrono::duration_cast<std::chrono::nanoseconds>(
+              std::chrono::duration<double, std::milli>(cfg.latency_target_ms))});
+      out.push_back(run_step(st, in, std::move(pol), progress));
+    } else {
+      out.push_back(run_step(st, in, frugal::fixed_window{}, progress));
+    }
+    const auto base = out.front().cost_per_1k.nanos();
+    out.back().savings = base > 0 ? 1.0 - static_cast<double>(out.back().cost_per_1k.nanos()) / static_cast<double>(base) : 0;
+  }
+  return out;
+}
+
+inline std::string format_report(const config& cfg, const std::vector<step_result>& rs) {
+  std::ostringstream o;
+  char line[512];
+  o << "frugal serve: " << cfg.model_name << " (" << rs.front().weight_bytes / (1 << 20) << " MiB fp32 weights), "
+    << "priced as " << cfg.gpu_name << " at $" << cfg.gpu_hourly_usd << "/h, " << rs.front().requests << " requests per step\n\n";
+  o << "| step | throughput req/s | p50 ms | p99 ms | compute s | util | mean batch | $ per 1k req | saving | hit ratio | cosine | max rel err |\n";
+  o << "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+  for (std::size_t i = 0; i < rs.size(); ++i) {
+    const auto& r = rs[i];
+    std::snprintf(line, sizeof line, "| %zu. %s | %.0f | %.1f | %.1f | %.2f | %.0f%% | %.1f | %s | %.0f%% | %.0f%% | %.5f | %.4f |\n", i + 1,
+                  r.name.c_str(), r.throughput, r.p50_ms, r.p99_ms, r.busy_s, 100 * r.utilization, r.mean_batch,
+                  r.cost_per_1k.to_string().c_str(), 100 * r.savings, 100 * r.hit_ratio, r.cosine_mean, r.max_rel_error);
+    o << line;
+  }
+  o << "\nWhy each step costs less:\n";
+  for (std::size_t i = 0; i < rs.size(); ++i) {
+    const auto& r = rs[i];
+    o << "  " << i + 1 << ". " << r.name << ": " << r.why;
+    if (i > 0 && rs[i - 1].throughput > 0) {
+      std::snprintf(line, sizeof line, " [throughput x%.2f vs step %zu, cost per 1k x%.2f", r.throughput / rs[i - 1].throughput, i,
+                    static_cast<double>(r.cost_per_1k.nanos()) / static_cast<double>(std::max<std::int64_t>(1, rs[i - 1].cost_per_1k.nanos())));
+      o << line;
+      if (r.cache_hits) {
+        const double measured = rs[i - 1].busy_s > 0 ? 1.0 - r.busy_s / rs[i - 1].busy_s : 0;
+        std::snprintf(line, sizeof line, "; cache hit ratio %.1f%%, ledger's cache saving %.1f%% of compute, measured compute fell %.1f%%",
+                      100 * r.hit_ratio, 100 * r.ledger_cache_saved_fraction, 100 * measured);
+        o << line;
+      }
+      o << "]";
+    }
+    o << "\n";
+  }
+  return o.str();
+}
+
+}  // namespace serve
