@@ -854,6 +854,12 @@ class batcher {
   std::optional<batch> cut(core& c, time_point now, std::unique_ptr<buffers>& buf, dropped_list& dropped) {
     const std::size_t cap = c.cap;
     const std::uint64_t max_cost = c.opt.max_batch_cost;
+    // A request whose deadline falls before shed_before would finish too late to be of use.
+    time_point shed_before = now;
+    if constexpr (predicting_policy<Policy>) {
+      const std::chrono::nanoseconds h = c.policy.expected_run_time(std::min(c.live, cap));
+      if (h > std::chrono::nanoseconds::zero()) shed_before = later(now, h);
+    }
     std::size_t n = 0;
     std::uint64_t cost = 0;
     bool stop = false;
@@ -861,7 +867,7 @@ class batcher {
       auto& level = c.levels[l];
       for (std::size_t i = 0; i < level.size(); ++i) {
         const node& x = level[i];
-        if (x.dead || ineligible(x, now)) continue;
+        if (x.dead || ineligible(x, shed_before)) continue;
         // A request over max_batch_cost (possible after set_options lowered it) still goes, alone.
         if (n == cap || (max_cost != 0 && n != 0 && cost + x.weight > max_cost)) {
           stop = true;
@@ -871,7 +877,10 @@ class batcher {
         cost += x.weight;
       }
     }
-    if (n == 0) return std::nullopt;
+    if (n == 0) {
+      purge_fronts(c, shed_before, dropped);  // nothing is eligible, so this empties the queue
+      return std::nullopt;
+    }
     std::size_t take = n, bucket = n;
     const auto& allowed = c.opt.allowed_sizes;
     if (!allowed.empty()) {
@@ -889,7 +898,7 @@ class batcher {
       while (b.requests.size() < take && !level.empty()) {
         node& x = level.front();
         if (!x.dead) {
-          if (const std::optional<batch_errc> why = ineligible(x, now)) {
+          if (const std::optional<batch_errc> why = ineligible(x, shed_before)) {
             drop(c, x, *why, dropped);
           } else {
             b.requests.push_back(std::move(x.request));

@@ -719,3 +719,37 @@ TEST_CASE("batcher: a user-written policy decides when a partial batch goes and 
   CHECK(reports[0].cost == 7);
   CHECK(reports[0].run_time == 3ms);
 }
+
+TEST_CASE("adaptive: a request that could no longer finish by its deadline fails with deadline_exceeded") {
+  frugal::manual_clock clk;
+  frugal::batcher<int, int, frugal::adaptive, frugal::manual_clock> b{
+      {.max_batch = 2}, clk, frugal::adaptive{{.latency_target = 100ms}}};
+  auto warmup = b.submit(0);
+  auto first = b.try_next_batch();
+  REQUIRE(first);
+  clk.advance(10ms);
+  fulfill_doubled(*first);
+  CHECK(b.policy().expected_run_time(2) == 10ms);
+
+  auto hopeless = b.submit(1, {.deadline = clk.now() + 5ms});
+  auto fine = b.submit(2, {.deadline = clk.now() + 50ms});
+  auto batch = b.try_next_batch();
+  REQUIRE(batch);
+  CHECK(requests_of(*batch) == std::vector{2});
+  CHECK(error_of(hopeless) == batch_errc::deadline_exceeded);
+
+  SUBCASE("and is kept when shedding is off") {
+    frugal::batcher<int, int, frugal::adaptive, frugal::manual_clock> keep{
+        {.max_batch = 2}, clk, frugal::adaptive{{.latency_target = 100ms, .shed_hopeless = false}}};
+    auto w = keep.submit(0);
+    auto one = keep.try_next_batch();
+    REQUIRE(one);
+    clk.advance(10ms);
+    fulfill_doubled(*one);
+    auto late = keep.submit(1, {.deadline = clk.now() + 5ms});
+    auto other = keep.submit(2);
+    auto both = keep.try_next_batch();
+    REQUIRE(both);
+    CHECK(both->size() == 2);
+  }
+}

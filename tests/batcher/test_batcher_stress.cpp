@@ -18,10 +18,10 @@ using namespace std::chrono_literals;
 namespace {
 
 #if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
-constexpr int default_requests = 40'000;
+constexpr int default_requests = 100'000;
 #elif defined(__has_feature)
 #  if __has_feature(thread_sanitizer) || __has_feature(address_sanitizer)
-constexpr int default_requests = 40'000;
+constexpr int default_requests = 100'000;
 #  else
 constexpr int default_requests = 200'000;
 #  endif

@@ -52,6 +52,14 @@ concept learning_policy = batch_policy<P> && requires(P& p, const batch_report& 
   p.on_batch_done(r);
 };
 
+/// @brief A policy that predicts a batch's run time. The batcher then also fails, with deadline_exceeded,
+/// queued requests whose deadline would pass before a batch cut now could finish, instead of running them
+/// late: under overload this keeps the model busy with requests that can still make it.
+template <class P>
+concept predicting_policy = batch_policy<P> && requires(const P& p, std::size_t n) {
+  { p.expected_run_time(n) } -> std::convertible_to<std::chrono::nanoseconds>;
+};
+
 /// @brief A batch goes when it is full or its oldest request has waited options.window.
 struct fixed_window {
   std::chrono::nanoseconds wait_for(const policy_view& v) const noexcept { return v.window - v.oldest_wait; }
@@ -69,13 +77,17 @@ struct adaptive_options {
   double learning_rate = 0.05;
   /// Time constant of the arrival-rate estimate; 0 means twice latency_target.
   std::chrono::nanoseconds rate_horizon{0};
+  /// Fail (deadline_exceeded) a request whose deadline would pass before its batch could finish, rather
+  /// than spend model time on a result that comes too late. See predicting_policy.
+  bool shed_hopeless = true;
 };
 
 /// @brief Learns the model's batch time as a*n + b from finished batches and the arrival rate from the
 /// queue, then waits only while waiting pays. A partial batch goes at once when it already keeps up with
 /// arrivals (n/(a*n+b) >= rate, with headroom), so light load is served greedily; otherwise it waits
 /// for the break-even size but never so long that the oldest request would miss latency_target.
-/// Ignores options.window. Until it has seen a batch it is greedy.
+/// Ignores options.window. Until it has seen a batch it is greedy. With shed_hopeless it also drops
+/// requests that could no longer meet their deadline.
 class adaptive {
  public:
   adaptive() = default;
@@ -131,6 +143,12 @@ class adaptive {
       a_ = snn_ > 0 ? snt_ / snn_ : 0;
     }
     fitted_ = true;
+  }
+
+  /// @brief a*n + b once fitted (0 before, or without shed_hopeless).
+  std::chrono::nanoseconds expected_run_time(std::size_t n) const noexcept {
+    if (!fitted_ || !o_.shed_hopeless) return std::chrono::nanoseconds::zero();
+    return std::chrono::nanoseconds(static_cast<std::int64_t>(a_ * static_cast<double>(n) + b_));
   }
 
   /// @brief The learned per-request time a, in nanoseconds.

@@ -1,0 +1,2 @@
+frugal_add_benchmark(bench_batcher SOURCES bench_batcher.cpp)
+frugal_add_benchmark(bench_batcher_adaptive SOURCES batcher/bench_adaptive.cpp)
