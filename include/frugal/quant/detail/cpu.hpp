@@ -1,0 +1,160 @@
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#include "frugal/config.hpp"
+
+// SIMD paths are compiled per function with target attributes, so one binary built without -march
+// runs on any x86-64 and picks its path at run time. Other architectures get the portable path only.
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+#  define FRUGAL_QUANT_X86 1
+#  include <cpuid.h>
+// GCC 12 warns that the `undefined` vectors inside its own AVX-512 intrinsics are uninitialized
+// (GCC bug 105593); the pragmas silence that false positive, here and around the SIMD code.
+#  if defined(__GNUC__) && !defined(__clang__)
+#    pragma GCC diagnostic push
+#    pragma GCC diagnostic ignored "-Wuninitialized"
+#    pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#    include <immintrin.h>
+#    pragma GCC diagnostic pop
+#    define FRUGAL_QUANT_SIMD_BEGIN                                                        \
+      _Pragma("GCC diagnostic push") _Pragma("GCC diagnostic ignored \"-Wuninitialized\"") \
+          _Pragma("GCC diagnostic ignored \"-Wmaybe-uninitialized\"")
+#    define FRUGAL_QUANT_SIMD_END _Pragma("GCC diagnostic pop")
+#  else
+#    include <immintrin.h>
+#  endif
+#  define FRUGAL_QUANT_TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
+#  define FRUGAL_QUANT_TARGET_AVXVNNI __attribute__((target("avx2,fma,f16c,avxvnni")))
+#  define FRUGAL_QUANT_TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c")))
+#  define FRUGAL_QUANT_TARGET_AVX512VNNI \
+    __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c")))
+#else
+#  define FRUGAL_QUANT_X86 0
+#endif
+#ifndef FRUGAL_QUANT_SIMD_BEGIN
+#  define FRUGAL_QUANT_SIMD_BEGIN
+#  define FRUGAL_QUANT_SIMD_END
+#endif
+
+FRUGAL_BEGIN_NAMESPACE
+namespace quant {
+
+/// @brief The CPU features the quantization kernels can use, detected once with CPUID and XGETBV.
+struct cpu_features {
+  bool avx2 = false;         ///< AVX2 + FMA + F16C, with the OS saving YMM state
+  bool avx_vnni = false;     ///< AVX-VNNI (VEX-encoded vpdpbusd on YMM)
+  bool avx512 = false;       ///< AVX-512 F, BW, VL, DQ, with the OS saving ZMM state
+  bool avx512_vnni = false;  ///< AVX-512 VNNI
+};
+
+namespace detail {
+
+inline cpu_features detect_cpu_features() noexcept {
+  cpu_features f;
+#if FRUGAL_QUANT_X86
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid(1, &a, &b, &c, &d)) return f;
+  const bool osxsave = (c >> 27) & 1u, fma = (c >> 12) & 1u, f16c = (c >> 29) & 1u, avx = (c >> 28) & 1u;
+  if (!osxsave || !avx) return f;
+  unsigned xcr0_lo = 0, xcr0_hi = 0;
+  __asm__ volatile("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
+  const bool ymm_os = (xcr0_lo & 0x6u) == 0x6u, zmm_os = (xcr0_lo & 0xe6u) == 0xe6u;
+  unsigned a7 = 0, b7 = 0, c7 = 0, d7 = 0;
+  if (!__get_cpuid_count(7, 0, &a7, &b7, &c7, &d7)) return f;
+  unsigned a71 = 0, b71 = 0, c71 = 0, d71 = 0;
+  __get_cpuid_count(7, 1, &a71, &b71, &c71, &d71);
+  f.avx2 = ymm_os && fma && f16c && ((b7 >> 5) & 1u);
+  f.avx_vnni = f.avx2 && ((a71 >> 4) & 1u);
+  const bool avx512f = (b7 >> 16) & 1u, avx512dq = (b7 >> 17) & 1u, avx512bw = (b7 >> 30) & 1u,
+             avx512vl = (b7 >> 31) & 1u;
+  f.avx512 = f.avx2 && zmm_os && avx512f && avx512dq && avx512bw && avx512vl;
+  f.avx512_vnni = f.avx512 && ((c7 >> 11) & 1u);
+#endif
+  return f;
+}
+
+}  // namespace detail
+
+/// @brief The features of the CPU this process runs on (detected on first use).
+inline const cpu_features& host_cpu_features() noexcept {
+  static const cpu_features f = detail::detect_cpu_features();
+  return f;
+}
+
+/// @brief A SIMD code path; `automatic` picks the best one this CPU supports.
+enum class simd_path { automatic, portable, avx2, avx_vnni, avx512, avx512_vnni };
+
+/// @brief The name of a path, for messages and benchmark labels.
+inline constexpr const char* to_string(simd_path p) noexcept {
+  switch (p) {
+    case simd_path::automatic:
+      return "automatic";
+    case simd_path::portable:
+      return "portable";
+    case simd_path::avx2:
+      return "avx2";
+    case simd_path::avx_vnni:
+      return "avx_vnni";
+    case simd_path::avx512:
+      return "avx512";
+    case simd_path::avx512_vnni:
+      return "avx512_vnni";
+  }
+  return "?";
+}
+
+/// @brief Whether this CPU (and this build) can run path `p`.
+inline bool is_supported(simd_path p) noexcept {
+  const cpu_features& f = host_cpu_features();
+  switch (p) {
+    case simd_path::automatic:
+    case simd_path::portable:
+      return true;
+    case simd_path::avx2:
+      return f.avx2;
+    case simd_path::avx_vnni:
+      return f.avx_vnni;
+    case simd_path::avx512:
+      return f.avx512;
+    case simd_path::avx512_vnni:
+      return f.avx512_vnni;
+  }
+  return false;
+}
+
+namespace detail {
+
+// Float kernels have three levels; the VNNI paths imply their float counterparts.
+enum class float_level { portable, avx2, avx512 };
+
+inline void require_supported(simd_path p, const char* who) {
+  if (!is_supported(p))
+    throw std::invalid_argument(std::string(who) + ": options.path " + to_string(p) +
+                                " is not supported by this CPU");
+}
+
+inline float_level resolve_float_level(simd_path p, const char* who) {
+  require_supported(p, who);
+  const cpu_features& f = host_cpu_features();
+  switch (p) {
+    case simd_path::automatic:
+      return f.avx512 ? float_level::avx512 : f.avx2 ? float_level::avx2 : float_level::portable;
+    case simd_path::portable:
+      return float_level::portable;
+    case simd_path::avx2:
+    case simd_path::avx_vnni:
+      return float_level::avx2;
+    case simd_path::avx512:
+    case simd_path::avx512_vnni:
+      return float_level::avx512;
+  }
+  return float_level::portable;
+}
+
+}  // namespace detail
+
+}  // namespace quant
+FRUGAL_END_NAMESPACE

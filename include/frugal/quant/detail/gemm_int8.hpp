@@ -1,0 +1,256 @@
+#pragma once
+
+// Int8 x int8 -> int32 GEMM kernels: C[m][n] = sum_k A[m][k] * B[n][k], A M x K, B N x K, both
+// row-major. Every path computes the exact integer sum, so all paths agree bit for bit.
+//
+// The SIMD paths read B re-packed into panels of 16 output channels: for panel p and k4 = k / 4,
+// the 64 bytes at ((p * K4 + k4) * 64) hold B[16p + j][4 k4 + t] at j * 4 + t, zero-padded in N and K.
+// One such row of 64 bytes is exactly the B operand of one AVX-512 vpdpbusd.
+//
+// vpdpbusd multiplies unsigned by signed bytes, so the VNNI paths feed A + 128 (a ^ 0x80) and
+// subtract 128 * colsum(B[n]) at the end; that is exact while K * 255 * 128 < 2^31 (K <= 65536).
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "frugal/config.hpp"
+#include "frugal/quant/detail/cpu.hpp"
+
+FRUGAL_QUANT_SIMD_BEGIN
+FRUGAL_BEGIN_NAMESPACE
+namespace quant {
+namespace detail {
+
+inline constexpr std::size_t panel_width = 16;
+inline constexpr std::size_t max_gemm_k = 65536;
+
+inline std::size_t round_up(std::size_t x, std::size_t m) noexcept { return (x + m - 1) / m * m; }
+
+inline std::vector<std::int8_t> pack_b_panels(const std::int8_t* b, std::size_t n, std::size_t k) {
+  const std::size_t np = round_up(n, panel_width) / panel_width, k4 = round_up(k, 4) / 4;
+  std::vector<std::int8_t> out(np * k4 * 64, 0);
+  for (std::size_t r = 0; r < n; ++r) {
+    const std::size_t p = r / panel_width, j = r % panel_width;
+    for (std::size_t c = 0; c < k; ++c) out[(p * k4 + c / 4) * 64 + j * 4 + c % 4] = b[r * k + c];
+  }
+  return out;
+}
+
+// The int32 tile a kernel hands to the epilogue: rows m0.., columns n0.. (cnt valid), row stride ldt.
+struct acc_tile {
+  std::size_t m0, rows, n0, cols;
+  const std::int32_t* data;
+  std::size_t ldt;
+};
+
+inline void gemm_s8_portable(const std::int8_t* a, std::size_t m, std::size_t k, const std::int8_t* b,
+                             std::size_t n, std::vector<std::int32_t>& row, auto&& epilogue) {
+  row.resize(n);
+  for (std::size_t i = 0; i < m; ++i) {
+    const std::int8_t* ai = a + i * k;
+    for (std::size_t j = 0; j < n; ++j) {
+      const std::int8_t* bj = b + j * k;
+      std::int32_t s = 0;
+      for (std::size_t t = 0; t < k; ++t) s += static_cast<std::int32_t>(ai[t]) * bj[t];
+      row[j] = s;
+    }
+    epilogue(acc_tile{i, 1, 0, n, row.data(), n});
+  }
+}
+
+#if FRUGAL_QUANT_X86
+template <int MR, int NP>
+FRUGAL_QUANT_TARGET_AVX512VNNI inline void micro_avx512_vnni(const std::uint8_t* a, std::size_t lda,
+                                                             const std::int8_t* b, std::size_t k4,
+                                                             const std::int32_t* corr,
+                                                             std::int32_t* c) noexcept {
+  __m512i acc[MR][NP];
+#  pragma GCC unroll 8
+  for (int i = 0; i < MR; ++i)
+#  pragma GCC unroll 2
+    for (int p = 0; p < NP; ++p) acc[i][p] = _mm512_setzero_si512();
+  for (std::size_t q = 0; q < k4; ++q) {
+    __m512i bv[NP];
+#  pragma GCC unroll 2
+    for (int p = 0; p < NP; ++p) bv[p] = _mm512_loadu_si512(b + (static_cast<std::size_t>(p) * k4 + q) * 64);
+#  pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i) {
+      std::int32_t a4;
+      std::memcpy(&a4, a + static_cast<std::size_t>(i) * lda + q * 4, 4);
+      const __m512i av = _mm512_set1_epi32(a4);
+#  pragma GCC unroll 2
+      for (int p = 0; p < NP; ++p) acc[i][p] = _mm512_dpbusd_epi32(acc[i][p], av, bv[p]);
+    }
+  }
+#  pragma GCC unroll 8
+  for (int i = 0; i < MR; ++i)
+#  pragma GCC unroll 2
+    for (int p = 0; p < NP; ++p)
+      _mm512_storeu_si512(c + i * NP * 16 + p * 16,
+                          _mm512_sub_epi32(acc[i][p], _mm512_loadu_si512(corr + p * 16)));
+}
+
+template <int NP>
+FRUGAL_QUANT_TARGET_AVX512VNNI inline void micro_avx512_vnni_rows(int mr, const std::uint8_t* a,
+                                                                  std::size_t lda, const std::int8_t* b,
+                                                                  std::size_t k4, const std::int32_t* corr,
+                                                                  std::int32_t* c) noexcept {
+  switch (mr) {
+    case 8:
+      return micro_avx512_vnni<8, NP>(a, lda, b, k4, corr, c);
+    case 7:
+      return micro_avx512_vnni<7, NP>(a, lda, b, k4, corr, c);
+    case 6:
+      return micro_avx512_vnni<6, NP>(a, lda, b, k4, corr, c);
+    case 5:
+      return micro_avx512_vnni<5, NP>(a, lda, b, k4, corr, c);
+    case 4:
+      return micro_avx512_vnni<4, NP>(a, lda, b, k4, corr, c);
+    case 3:
+      return micro_avx512_vnni<3, NP>(a, lda, b, k4, corr, c);
+    case 2:
+      return micro_avx512_vnni<2, NP>(a, lda, b, k4, corr, c);
+    default:
+      return micro_avx512_vnni<1, NP>(a, lda, b, k4, corr, c);
+  }
+}
+
+// Two panels (32 columns) by 8 rows: 16 accumulators, and 32 KiB of B per panel pair at K = 1024,
+// which stays in L1 while every row block of A streams past it.
+inline void gemm_s8_avx512_vnni(const std::uint8_t* a, std::size_t m, std::size_t k4, const std::int8_t* bp,
+                                std::size_t n, const std::int32_t* corr, auto&& epilogue) {
+  constexpr std::size_t mr = 8;
+  const std::size_t panels = round_up(n, panel_width) / panel_width, lda = k4 * 4;
+  alignas(64) std::int32_t tile[mr * 32];
+  for (std::size_t p = 0; p < panels; p += 2) {
+    const bool two = p + 1 < panels;
+    const std::size_t n0 = p * panel_width, ncols = std::min<std::size_t>(two ? 32 : 16, n - n0);
+    const std::int8_t* b = bp + p * k4 * 64;
+    for (std::size_t i = 0; i < m; i += mr) {
+      const int rows = static_cast<int>(std::min(mr, m - i));
+      if (two)
+        micro_avx512_vnni_rows<2>(rows, a + i * lda, lda, b, k4, corr + n0, tile);
+      else
+        micro_avx512_vnni_rows<1>(rows, a + i * lda, lda, b, k4, corr + n0, tile);
+      epilogue(acc_tile{i, static_cast<std::size_t>(rows), n0, ncols, tile,
+                        two ? std::size_t{32} : std::size_t{16}});
+    }
+  }
+}
+
+template <int MR>
+FRUGAL_QUANT_TARGET_AVXVNNI inline void micro_avx_vnni(const std::uint8_t* a, std::size_t lda,
+                                                       const std::int8_t* b, std::size_t k4,
+                                                       const std::int32_t* corr, std::int32_t* c) noexcept {
+  __m256i acc[MR][2];
+#  pragma GCC unroll 4
+  for (int i = 0; i < MR; ++i) acc[i][0] = acc[i][1] = _mm256_setzero_si256();
+  for (std::size_t q = 0; q < k4; ++q) {
+    const __m256i b0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + q * 64));
+    const __m256i b1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + q * 64 + 32));
+#  pragma GCC unroll 4
+    for (int i = 0; i < MR; ++i) {
+      std::int32_t a4;
+      std::memcpy(&a4, a + static_cast<std::size_t>(i) * lda + q * 4, 4);
+      const __m256i av = _mm256_set1_epi32(a4);
+      acc[i][0] = _mm256_dpbusd_avx_epi32(acc[i][0], av, b0);
+      acc[i][1] = _mm256_dpbusd_avx_epi32(acc[i][1], av, b1);
+    }
+  }
+  const __m256i c0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(corr));
+  const __m256i c1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(corr + 8));
+#  pragma GCC unroll 4
+  for (int i = 0; i < MR; ++i) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(c + i * 16), _mm256_sub_epi32(acc[i][0], c0));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(c + i * 16 + 8), _mm256_sub_epi32(acc[i][1], c1));
+  }
+}
+
+inline void gemm_s8_avx_vnni(const std::uint8_t* a, std::size_t m, std::size_t k4, const std::int8_t* bp,
+                             std::size_t n, const std::int32_t* corr, auto&& epilogue) {
+  constexpr std::size_t mr = 4;
+  const std::size_t panels = round_up(n, panel_width) / panel_width, lda = k4 * 4;
+  alignas(64) std::int32_t tile[mr * 16];
+  for (std::size_t p = 0; p < panels; ++p) {
+    const std::size_t n0 = p * panel_width, ncols = std::min<std::size_t>(16, n - n0);
+    const std::int8_t* b = bp + p * k4 * 64;
+    for (std::size_t i = 0; i < m; i += mr) {
+      const std::size_t rows = std::min(mr, m - i);
+      const std::uint8_t* ai = a + i * lda;
+      switch (rows) {
+        case 4:
+          micro_avx_vnni<4>(ai, lda, b, k4, corr + n0, tile);
+          break;
+        case 3:
+          micro_avx_vnni<3>(ai, lda, b, k4, corr + n0, tile);
+          break;
+        case 2:
+          micro_avx_vnni<2>(ai, lda, b, k4, corr + n0, tile);
+          break;
+        default:
+          micro_avx_vnni<1>(ai, lda, b, k4, corr + n0, tile);
+          break;
+      }
+      epilogue(acc_tile{i, rows, n0, ncols, tile, 16});
+    }
+  }
+}
+
+// Plain AVX2 has no byte dot product that is exact (vpmaddubsw saturates), so A and B are widened to
+// int16 and multiplied with vpmaddwd: each int32 lane gets two products, summed pairwise at the end.
+template <int MR>
+FRUGAL_QUANT_TARGET_AVX2 inline void micro_avx2(const std::int16_t* a, std::size_t lda, const std::int8_t* b,
+                                                std::size_t k4, std::int32_t* c) noexcept {
+  __m256i acc[MR][4];
+#  pragma GCC unroll 4
+  for (int i = 0; i < MR; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = _mm256_setzero_si256();
+  for (std::size_t q = 0; q < k4; ++q) {
+    __m256i bv[4];
+#  pragma GCC unroll 4
+    for (int h = 0; h < 4; ++h)
+      bv[h] = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + q * 64 + h * 16)));
+#  pragma GCC unroll 4
+    for (int i = 0; i < MR; ++i) {
+      long long a4;
+      std::memcpy(&a4, a + static_cast<std::size_t>(i) * lda + q * 4, 8);
+      const __m256i av = _mm256_set1_epi64x(a4);
+#  pragma GCC unroll 4
+      for (int h = 0; h < 4; ++h) acc[i][h] = _mm256_add_epi32(acc[i][h], _mm256_madd_epi16(av, bv[h]));
+    }
+  }
+#  pragma GCC unroll 4
+  for (int i = 0; i < MR; ++i)
+#  pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      const __m256i s = _mm256_permute4x64_epi64(_mm256_hadd_epi32(acc[i][2 * h], acc[i][2 * h + 1]), 0xd8);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(c + i * 16 + h * 8), s);
+    }
+}
+
+inline void gemm_s8_avx2(const std::int16_t* a, std::size_t m, std::size_t k4, const std::int8_t* bp,
+                         std::size_t n, auto&& epilogue) {
+  constexpr std::size_t mr = 2;
+  const std::size_t panels = round_up(n, panel_width) / panel_width, lda = k4 * 4;
+  alignas(64) std::int32_t tile[mr * 16];
+  for (std::size_t p = 0; p < panels; ++p) {
+    const std::size_t n0 = p * panel_width, ncols = std::min<std::size_t>(16, n - n0);
+    const std::int8_t* b = bp + p * k4 * 64;
+    for (std::size_t i = 0; i < m; i += mr) {
+      const std::size_t rows = std::min(mr, m - i);
+      if (rows == 2)
+        micro_avx2<2>(a + i * lda, lda, b, k4, tile);
+      else
+        micro_avx2<1>(a + i * lda, lda, b, k4, tile);
+      epilogue(acc_tile{i, rows, n0, ncols, tile, 16});
+    }
+  }
+}
+#endif
+
+}  // namespace detail
+}  // namespace quant
+FRUGAL_END_NAMESPACE
+FRUGAL_QUANT_SIMD_END

@@ -1,0 +1,654 @@
+#pragma once
+
+#include <Eigen/Core>
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "frugal/config.hpp"
+#include "frugal/quant/convert.hpp"
+#include "frugal/quant/detail/cpu.hpp"
+#include "frugal/quant/detail/gemm_int8.hpp"
+#include "frugal/quant/detail/gemm_weight_only.hpp"
+#include "frugal/quant/detail/vecmath.hpp"
+#include "frugal/quant/int4.hpp"
+#include "frugal/quant/quantize.hpp"
+#include "frugal/quant/types.hpp"
+
+FRUGAL_QUANT_SIMD_BEGIN
+FRUGAL_BEGIN_NAMESPACE
+namespace quant {
+
+/// @brief Activations A (M x K int8 row-major) with one scale per row (per token) and, if
+/// asymmetric, one int32 zero point per row: real = (q - za[m]) * sa[m].
+struct quantized_activations {
+  std::size_t rows = 0;
+  std::size_t cols = 0;
+  std::vector<std::int8_t> data;
+  std::vector<float> scales;
+  std::vector<std::int32_t> zero_points;  ///< empty when symmetric
+};
+
+/// @brief Options of dynamic per-token activation quantization.
+struct quantize_rows_options {
+  bool symmetric =
+      true;  ///< symmetric: absmax / 127, q in -127..127; else min-max with a zero point, -128..127
+  simd_path path = simd_path::automatic;
+};
+
+/// @brief Weights B (N x K int8 row-major: each output channel's K weights contiguous) with one
+/// symmetric fp32 scale per output channel, their int32 column sums sum_k B[n][k], and a CPU-only
+/// re-packed copy for the SIMD kernels (see detail/gemm_int8.hpp).
+struct quantized_weights {
+  std::size_t rows = 0;  ///< N, output channels
+  std::size_t cols = 0;  ///< K, the reduction
+  std::vector<std::int8_t> data;
+  std::vector<float> scales;
+  std::vector<std::int32_t> col_sums;
+  std::vector<std::int8_t> packed;        ///< panels of 16 channels x K/4 x 64 bytes
+  std::vector<std::int32_t> packed_corr;  ///< 128 * col_sums, padded to the panels
+  /// @brief Bytes a deployment stores: int8 weights and fp32 scales (not the packed CPU copy).
+  std::size_t memory_bytes() const noexcept { return data.size() + scales.size() * sizeof(float); }
+};
+
+/// @brief The output epilogue: C = (acc - za[m] * colsum[n]) * sa[m] * sb[n] + bias[n], then the activation.
+struct gemm_options {
+  std::span<const float> bias = {};  ///< N floats, or empty
+  activation_kind activation = activation_kind::none;
+  simd_path path = simd_path::automatic;  ///< forces a kernel (tests, benchmarks)
+};
+
+/// @brief Requantization to int8 with gemmlowp's fixed-point arithmetic.
+struct requantize_options {
+  float output_scale = 1.0f;
+  std::int32_t output_zero_point = 0;
+  std::span<const float> bias = {};  ///< N floats in real units, rounded to int32 at scale sa * sb
+  activation_kind activation = activation_kind::none;  ///< none or relu
+  simd_path path = simd_path::automatic;
+};
+
+/// @brief A real multiplier in (0, 1) or above as gemmlowp keeps it: real = multiplier * 2^(shift - 31).
+struct fixed_point_multiplier {
+  std::int32_t multiplier = 0;
+  int shift = 0;
+};
+
+/// @brief gemmlowp's QuantizeMultiplier: frexp, then a Q31 mantissa rounded to nearest.
+inline fixed_point_multiplier quantize_multiplier(double real) {
+  if (!(real > 0.0) || !std::isfinite(real))
+    throw std::invalid_argument("frugal::quant::quantize_multiplier: the multiplier must be finite and > 0");
+  int shift = 0;
+  const double q = std::frexp(real, &shift);
+  auto m = static_cast<std::int64_t>(std::llround(q * 2147483648.0));
+  if (m == (std::int64_t{1} << 31)) {
+    m /= 2;
+    ++shift;
+  }
+  if (shift < -31) return {0, 0};
+  return {static_cast<std::int32_t>(m), shift};
+}
+
+/// @brief gemmlowp's SaturatingRoundingDoublingHighMul: round(a * b / 2^31), saturating the one overflow.
+inline constexpr std::int32_t saturating_rounding_doubling_high_mul(std::int32_t a, std::int32_t b) noexcept {
+  if (a == b && a == INT32_MIN) return INT32_MAX;
+  const std::int64_t ab = static_cast<std::int64_t>(a) * b;
+  const std::int64_t nudge = ab >= 0 ? (1 << 30) : (1 - (1 << 30));
+  return static_cast<std::int32_t>((ab + nudge) / (std::int64_t{1} << 31));
+}
+
+/// @brief gemmlowp's RoundingDivideByPOT: x / 2^exponent rounded to nearest, ties away from zero.
+inline constexpr std::int32_t rounding_divide_by_pot(std::int32_t x, int exponent) noexcept {
+  const std::int32_t mask = static_cast<std::int32_t>((std::int64_t{1} << exponent) - 1);
+  const std::int32_t remainder = x & mask;
+  const std::int32_t threshold = (mask >> 1) + (x < 0 ? 1 : 0);
+  return (x >> exponent) + (remainder > threshold ? 1 : 0);
+}
+
+/// @brief x * real for the multiplier from quantize_multiplier (TFLite's MultiplyByQuantizedMultiplier).
+inline constexpr std::int32_t multiply_by_quantized_multiplier(std::int32_t x,
+                                                               fixed_point_multiplier m) noexcept {
+  const int left = m.shift > 0 ? m.shift : 0, right = m.shift > 0 ? 0 : -m.shift;
+  const std::int64_t shifted = static_cast<std::int64_t>(x) * (std::int64_t{1} << left);
+  const auto sat = static_cast<std::int32_t>(std::clamp<std::int64_t>(shifted, INT32_MIN, INT32_MAX));
+  return rounding_divide_by_pot(saturating_rounding_doubling_high_mul(sat, m.multiplier), right);
+}
+
+/// @brief Dynamic per-token quantization of a rows x cols row-major matrix.
+inline quantized_activations quantize_rows(std::span<const float> x, std::size_t rows, std::size_t cols,
+                                           const quantize_rows_options& opt = {}) {
+  constexpr const char* who = "frugal::quant::quantize_rows";
+  detail::check_data_size(x.size(), rows, cols, who);
+  const auto lv = detail::resolve_float_level(opt.path, who);
+  const scheme s{
+      .type = element_type::i8, .granularity = granularity::per_channel, .symmetric = opt.symmetric};
+  quantized_activations q;
+  q.rows = rows;
+  q.cols = cols;
+  q.data.resize(rows * cols);
+  q.scales.resize(rows);
+  if (!opt.symmetric) q.zero_points.resize(rows);
+  for (std::size_t r = 0; r < rows; ++r) {
+    const float* xr = x.data() + r * cols;
+    const detail::run_range rr = detail::minmax_run(lv, xr, cols);
+    if (rr.first_nonfinite != cols)
+      detail::throw_nonfinite(who, r * cols + rr.first_nonfinite, xr[rr.first_nonfinite]);
+    const auto [scale, zp] = params_from_range(rr.lo, rr.hi, s);
+    q.scales[r] = scale;
+    if (!opt.symmetric) q.zero_points[r] = zp;
+    detail::quantize_run(lv, xr, cols, scale, zp, qmin(s), qmax(s), s.rounding, q.data.data() + r * cols);
+  }
+  return q;
+}
+
+/// @brief quantize_rows on an Eigen matrix (a column-major one is copied to row-major first).
+inline quantized_activations quantize_rows(const Eigen::Ref<const row_matrix>& x,
+                                           const quantize_rows_options& opt = {}) {
+  return detail::with_contiguous(x, [&](std::span<const float> d) {
+    return quantize_rows(d, static_cast<std::size_t>(x.rows()), static_cast<std::size_t>(x.cols()), opt);
+  });
+}
+
+/// @brief Wraps int8 weights quantized elsewhere (N x K row-major, one scale per channel).
+inline quantized_weights make_quantized_weights(std::span<const std::int8_t> data, std::size_t rows,
+                                                std::size_t cols, std::span<const float> scales) {
+  constexpr const char* who = "frugal::quant::make_quantized_weights";
+  if (data.size() != rows * cols)
+    throw std::invalid_argument(std::string(who) + ": data has " + std::to_string(data.size()) +
+                                " elements, not N * K");
+  if (scales.size() != rows)
+    throw std::invalid_argument(std::string(who) + ": scales has " + std::to_string(scales.size()) +
+                                " entries, not N = " + std::to_string(rows));
+  for (std::size_t i = 0; i < rows; ++i)
+    if (!(scales[i] > 0.0f) || !std::isfinite(scales[i]))
+      throw std::invalid_argument(std::string(who) + ": scales[" + std::to_string(i) +
+                                  "] must be finite and > 0");
+  quantized_weights w;
+  w.rows = rows;
+  w.cols = cols;
+  w.data.assign(data.begin(), data.end());
+  w.scales.assign(scales.begin(), scales.end());
+  w.col_sums.assign(rows, 0);
+  for (std::size_t n = 0; n < rows; ++n)
+    for (std::size_t k = 0; k < cols; ++k) w.col_sums[n] += data[n * cols + k];
+  w.packed = detail::pack_b_panels(w.data.data(), rows, cols);
+  w.packed_corr.assign(detail::round_up(rows, detail::panel_width), 0);
+  for (std::size_t n = 0; n < rows; ++n) w.packed_corr[n] = 128 * w.col_sums[n];
+  return w;
+}
+
+/// @brief Symmetric per-channel int8 weights (absmax / 127, -127..127) of an N x K row-major matrix.
+inline quantized_weights quantize_weights_per_channel(std::span<const float> w, std::size_t rows,
+                                                      std::size_t cols) {
+  const scheme s{.type = element_type::i8, .granularity = granularity::per_channel, .axis = 0};
+  const quantized_tensor q = quantize(w, rows, cols, s);
+  return make_quantized_weights(
+      std::span<const std::int8_t>(reinterpret_cast<const std::int8_t*>(q.data.data()), q.data.size()), rows,
+      cols, q.scales);
+}
+
+/// @brief quantize_weights_per_channel on an Eigen matrix (N x K: output channels x inputs).
+inline quantized_weights quantize_weights_per_channel(const Eigen::Ref<const row_matrix>& w) {
+  return detail::with_contiguous(w, [&](std::span<const float> d) {
+    return quantize_weights_per_channel(d, static_cast<std::size_t>(w.rows()),
+                                        static_cast<std::size_t>(w.cols()));
+  });
+}
+
+namespace detail {
+
+enum class out_kind { s32, f32, f16, bf16 };
+
+struct epilogue_args {
+  const float* sa;
+  const std::int32_t* za;  // null when symmetric
+  const float* sb;
+  const std::int32_t* colsum;
+  const float* bias;  // null when none
+  activation_kind act;
+  out_kind kind;
+  void* out;
+  std::size_t ldo;
+};
+
+inline void epilogue_portable(const epilogue_args& e, const acc_tile& t) noexcept {
+  for (std::size_t i = 0; i < t.rows; ++i) {
+    const std::size_t m = t.m0 + i;
+    for (std::size_t j = 0; j < t.cols; ++j) {
+      const std::size_t n = t.n0 + j;
+      std::int32_t acc = t.data[i * t.ldt + j];
+      if (e.kind == out_kind::s32) {
+        static_cast<std::int32_t*>(e.out)[m * e.ldo + n] = acc;
+        continue;
+      }
+      if (e.za) acc -= e.za[m] * e.colsum[n];
+      float v = static_cast<float>(acc) * e.sa[m] * e.sb[n];
+      if (e.bias) v += e.bias[n];
+      v = activate(v, e.act);
+      if (e.kind == out_kind::f32)
+        static_cast<float*>(e.out)[m * e.ldo + n] = v;
+      else if (e.kind == out_kind::f16)
+        static_cast<std::uint16_t*>(e.out)[m * e.ldo + n] = float_to_half_bits(v);
+      else
+        static_cast<std::uint16_t*>(e.out)[m * e.ldo + n] = float_to_bf16_bits(v);
+    }
+  }
+}
+
+#if FRUGAL_QUANT_X86
+FRUGAL_QUANT_TARGET_AVX512 inline void epilogue_avx512(const epilogue_args& e, const acc_tile& t) noexcept {
+  for (std::size_t i = 0; i < t.rows; ++i) {
+    const std::size_t m = t.m0 + i;
+    const __m512 sa = _mm512_set1_ps(e.sa[m]);
+    const __m512i za = _mm512_set1_epi32(e.za ? e.za[m] : 0);
+    for (std::size_t j = 0; j < t.cols; j += 16) {
+      const std::size_t n = t.n0 + j, left = t.cols - j;
+      const __mmask16 msk = left >= 16 ? __mmask16(0xffff) : __mmask16((1u << left) - 1u);
+      __m512i acc = _mm512_maskz_loadu_epi32(msk, t.data + i * t.ldt + j);
+      if (e.kind == out_kind::s32) {
+        _mm512_mask_storeu_epi32(static_cast<std::int32_t*>(e.out) + m * e.ldo + n, msk, acc);
+        continue;
+      }
+      if (e.za)
+        acc = _mm512_sub_epi32(acc, _mm512_mullo_epi32(za, _mm512_maskz_loadu_epi32(msk, e.colsum + n)));
+      __m512 v =
+          _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(acc), sa), _mm512_maskz_loadu_ps(msk, e.sb + n));
+      if (e.bias) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(msk, e.bias + n));
+      v = activate_avx512(v, e.act);
+      if (e.kind == out_kind::f32) {
+        _mm512_mask_storeu_ps(static_cast<float*>(e.out) + m * e.ldo + n, msk, v);
+      } else {
+        const __m256i h = e.kind == out_kind::f16
+                              ? _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+                              : f32x16_to_bf16(v);
+        _mm256_mask_storeu_epi16(static_cast<std::uint16_t*>(e.out) + m * e.ldo + n, msk, h);
+      }
+    }
+  }
+}
+
+FRUGAL_QUANT_TARGET_AVX2 inline void epilogue_avx2(const epilogue_args& e, const acc_tile& t) noexcept {
+  if (e.kind == out_kind::s32 || t.cols % 8 != 0) return epilogue_portable(e, t);
+  for (std::size_t i = 0; i < t.rows; ++i) {
+    const std::size_t m = t.m0 + i;
+    const __m256 sa = _mm256_set1_ps(e.sa[m]);
+    const __m256i za = _mm256_set1_epi32(e.za ? e.za[m] : 0);
+    for (std::size_t j = 0; j < t.cols; j += 8) {
+      const std::size_t n = t.n0 + j;
+      __m256i acc = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(t.data + i * t.ldt + j));
+      if (e.za)
+        acc = _mm256_sub_epi32(
+            acc, _mm256_mullo_epi32(za, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(e.colsum + n))));
+      __m256 v = _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(acc), sa), _mm256_loadu_ps(e.sb + n));
+      if (e.bias) v = _mm256_add_ps(v, _mm256_loadu_ps(e.bias + n));
+      v = activate_avx2(v, e.act);
+      if (e.kind == out_kind::f32)
+        _mm256_storeu_ps(static_cast<float*>(e.out) + m * e.ldo + n, v);
+      else
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(static_cast<std::uint16_t*>(e.out) + m * e.ldo + n),
+                         e.kind == out_kind::f16
+                             ? _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+                             : f32x8_to_bf16(v));
+    }
+  }
+}
+#endif
+
+enum class int8_level { portable, avx2, avx_vnni, avx512_vnni };
+
+inline int8_level resolve_int8_level(simd_path p, const char* who) {
+  require_supported(p, who);
+  const cpu_features& f = host_cpu_features();
+  switch (p) {
+    case simd_path::automatic:
+      return f.avx512_vnni ? int8_level::avx512_vnni
+             : f.avx_vnni  ? int8_level::avx_vnni
+             : f.avx2      ? int8_level::avx2
+                           : int8_level::portable;
+    case simd_path::portable:
+      return int8_level::portable;
+    case simd_path::avx2:
+    case simd_path::avx512:
+      return int8_level::avx2;
+    case simd_path::avx_vnni:
+      return int8_level::avx_vnni;
+    case simd_path::avx512_vnni:
+      return int8_level::avx512_vnni;
+  }
+  return int8_level::portable;
+}
+
+inline void check_gemm_shapes(const quantized_activations& a, const quantized_weights& w,
+                              std::size_t out_size, std::span<const float> bias, const char* who) {
+  const std::string s(who);
+  if (a.cols != w.cols)
+    throw std::invalid_argument(s + ": activations have K = " + std::to_string(a.cols) +
+                                " but weights have K = " + std::to_string(w.cols));
+  if (a.cols > max_gemm_k)
+    throw std::invalid_argument(s + ": K = " + std::to_string(a.cols) + " exceeds " +
+                                std::to_string(max_gemm_k) +
+                                ", beyond which int32 accumulation could overflow");
+  if (a.data.size() != a.rows * a.cols || a.scales.size() != a.rows ||
+      (!a.zero_points.empty() && a.zero_points.size() != a.rows))
+    throw std::invalid_argument(s + ": activations are inconsistent (data, scales or zero_points size)");
+  if (w.data.size() != w.rows * w.cols || w.scales.size() != w.rows || w.col_sums.size() != w.rows)
+    throw std::invalid_argument(s + ": weights are inconsistent (data, scales or col_sums size)");
+  if (out_size != a.rows * w.rows)
+    throw std::invalid_argument(s + ": out has " + std::to_string(out_size) + " elements, not M * N = " +
+                                std::to_string(a.rows) + " * " + std::to_string(w.rows));
+  if (!bias.empty() && bias.size() != w.rows)
+    throw std::invalid_argument(s + ": options.bias has " + std::to_string(bias.size()) +
+                                " entries, not N = " + std::to_string(w.rows));
+}
+
+// Runs the int8 kernel of `lv` and hands every int32 tile (exact sum_k A * B) to `epilogue`.
+inline void run_int8_gemm(int8_level lv, const quantized_activations& a, const quantized_weights& w,
+                          auto&& epilogue) {
+  const std::size_t m = a.rows, n = w.rows, k = a.cols;
+  if (m == 0 || n == 0) return;
+#if FRUGAL_QUANT_X86
+  const std::size_t k4 = round_up(k, 4) / 4;
+  if (lv == int8_level::avx512_vnni || lv == int8_level::avx_vnni) {
+    std::vector<std::uint8_t> ap(m * k4 * 4, 0);
+    for (std::size_t i = 0; i < m; ++i)
+      for (std::size_t t = 0; t < k; ++t)
+        ap[i * k4 * 4 + t] = static_cast<std::uint8_t>(a.data[i * k + t]) ^ 0x80u;
+    if (lv == int8_level::avx512_vnni)
+      gemm_s8_avx512_vnni(ap.data(), m, k4, w.packed.data(), n, w.packed_corr.data(), epilogue);
+    else
+      gemm_s8_avx_vnni(ap.data(), m, k4, w.packed.data(), n, w.packed_corr.data(), epilogue);
+    return;
+  }
+  if (lv == int8_level::avx2) {
+    std::vector<std::int16_t> ap(m * k4 * 4, 0);
+    for (std::size_t i = 0; i < m; ++i)
+      for (std::size_t t = 0; t < k; ++t) ap[i * k4 * 4 + t] = a.data[i * k + t];
+    gemm_s8_avx2(ap.data(), m, k4, w.packed.data(), n, epilogue);
+    return;
+  }
+#endif
+  (void)lv;
+  std::vector<std::int32_t> row;
+  gemm_s8_portable(a.data.data(), m, k, w.data.data(), n, row, epilogue);
+}
+
+inline void gemm_w8a8_impl(const quantized_activations& a, const quantized_weights& w, void* out,
+                           std::size_t out_size, out_kind kind, const gemm_options& opt) {
+  constexpr const char* who = "frugal::quant::gemm_w8a8";
+  check_gemm_shapes(a, w, out_size, opt.bias, who);
+  const int8_level lv = resolve_int8_level(opt.path, who);
+  const epilogue_args e{a.scales.data(),
+                        a.zero_points.empty() ? nullptr : a.zero_points.data(),
+                        w.scales.data(),
+                        w.col_sums.data(),
+                        opt.bias.empty() ? nullptr : opt.bias.data(),
+                        opt.activation,
+                        kind,
+                        out,
+                        w.rows};
+#if FRUGAL_QUANT_X86
+  if (lv == int8_level::avx512_vnni)
+    return run_int8_gemm(lv, a, w, [&](const acc_tile& t) { epilogue_avx512(e, t); });
+  if (lv != int8_level::portable)
+    return run_int8_gemm(lv, a, w, [&](const acc_tile& t) { epilogue_avx2(e, t); });
+#endif
+  run_int8_gemm(lv, a, w, [&](const acc_tile& t) { epilogue_portable(e, t); });
+}
+
+}  // namespace detail
+
+/// @brief The exact int32 accumulators sum_k A[m][k] * B[n][k] (M x N row-major), before any
+/// epilogue; every kernel path gives the same bits.
+inline void gemm_w8a8_s32(const quantized_activations& a, const quantized_weights& w,
+                          std::span<std::int32_t> out, simd_path path = simd_path::automatic) {
+  detail::gemm_w8a8_impl(a, w, out.data(), out.size(), detail::out_kind::s32, {.path = path});
+}
+
+/// @brief W8A8 GEMM with the fused epilogue, fp32 output (M x N row-major).
+inline void gemm_w8a8(const quantized_activations& a, const quantized_weights& w, std::span<float> out,
+                      const gemm_options& opt = {}) {
+  detail::gemm_w8a8_impl(a, w, out.data(), out.size(), detail::out_kind::f32, opt);
+}
+
+/// @brief W8A8 GEMM with fp16 output (round to nearest even).
+inline void gemm_w8a8(const quantized_activations& a, const quantized_weights& w, std::span<half> out,
+                      const gemm_options& opt = {}) {
+  detail::gemm_w8a8_impl(a, w, out.data(), out.size(), detail::out_kind::f16, opt);
+}
+
+/// @brief W8A8 GEMM with bf16 output (round to nearest even).
+inline void gemm_w8a8(const quantized_activations& a, const quantized_weights& w, std::span<bfloat16> out,
+                      const gemm_options& opt = {}) {
+  detail::gemm_w8a8_impl(a, w, out.data(), out.size(), detail::out_kind::bf16, opt);
+}
+
+/// @brief W8A8 GEMM into an Eigen matrix, resized to M x N.
+inline void gemm_w8a8(const quantized_activations& a, const quantized_weights& w, row_matrix& out,
+                      const gemm_options& opt = {}) {
+  out.resize(static_cast<Eigen::Index>(a.rows), static_cast<Eigen::Index>(w.rows));
+  gemm_w8a8(a, w, std::span<float>(out.data(), static_cast<std::size_t>(out.size())), opt);
+}
+
+/// @brief W8A8 GEMM requantized to int8 (gemmlowp): q = clamp(zp_out + (acc + bias_q) * M, -128, 127)
+/// with M = sa[m] * sb[n] / output_scale as a fixed-point multiplier and bias_q = round(bias / (sa * sb)).
+inline void gemm_w8a8(const quantized_activations& a, const quantized_weights& w, std::span<std::int8_t> out,
+                      const requantize_options& opt) {
+  constexpr const char* who = "frugal::quant::gemm_w8a8";
+  if (!(opt.output_scale > 0.0f) || !std::isfinite(opt.output_scale))
+    throw std::invalid_argument(std::string(who) + ": options.output_scale must be finite and > 0");
+  if (opt.output_zero_point < -128 || opt.output_zero_point > 127)
+    throw std::invalid_argument(std::string(who) + ": options.output_zero_point must be in [-128, 127]");
+  if (opt.activation == activation_kind::gelu)
+    throw std::invalid_argument(std::string(who) +
+                                ": options.activation gelu is not supported with int8 output");
+  std::vector<std::int32_t> acc(a.rows * w.rows);
+  detail::check_gemm_shapes(a, w, out.size(), opt.bias, who);
+  gemm_w8a8_s32(a, w, acc, opt.path);
+  const bool uniform =
+      std::all_of(a.scales.begin(), a.scales.end(), [&](float s) { return s == a.scales[0]; });
+  std::vector<fixed_point_multiplier> per_col;
+  if (uniform && a.rows > 0) {
+    per_col.resize(w.rows);
+    for (std::size_t n = 0; n < w.rows; ++n)
+      per_col[n] = quantize_multiplier(static_cast<double>(a.scales[0]) * w.scales[n] / opt.output_scale);
+  }
+  const std::int32_t lo = opt.activation == activation_kind::relu ? opt.output_zero_point : -128;
+  for (std::size_t m = 0; m < a.rows; ++m)
+    for (std::size_t n = 0; n < w.rows; ++n) {
+      const double sasb = static_cast<double>(a.scales[m]) * w.scales[n];
+      std::int64_t v = acc[m * w.rows + n];
+      if (!a.zero_points.empty()) v -= static_cast<std::int64_t>(a.zero_points[m]) * w.col_sums[n];
+      if (!opt.bias.empty()) v += std::llround(opt.bias[n] / sasb);
+      const auto v32 = static_cast<std::int32_t>(std::clamp<std::int64_t>(v, INT32_MIN, INT32_MAX));
+      const fixed_point_multiplier fm = uniform ? per_col[n] : quantize_multiplier(sasb / opt.output_scale);
+      const std::int64_t q =
+          static_cast<std::int64_t>(multiply_by_quantized_multiplier(v32, fm)) + opt.output_zero_point;
+      out[m * w.rows + n] = static_cast<std::int8_t>(std::clamp<std::int64_t>(q, lo, 127));
+    }
+}
+
+/// @brief Options of the weight-only GEMM: C = X * dequant(W)^T + bias, then the activation.
+struct weight_only_options {
+  std::span<const float> bias = {};
+  activation_kind activation = activation_kind::none;
+  simd_path path = simd_path::automatic;
+};
+
+namespace detail {
+
+inline void check_weight_only(std::size_t xsize, std::size_t m, std::size_t k, std::size_t n,
+                              std::size_t out_size, std::span<const float> bias, const char* who) {
+  const std::string s(who);
+  if (xsize != m * k)
+    throw std::invalid_argument(s + ": x has " + std::to_string(xsize) +
+                                " elements, not M * K = " + std::to_string(m) + " * " + std::to_string(k));
+  if (out_size != m * n)
+    throw std::invalid_argument(s + ": out has " + std::to_string(out_size) +
+                                " elements, not M * N = " + std::to_string(m) + " * " + std::to_string(n));
+  if (!bias.empty() && bias.size() != n)
+    throw std::invalid_argument(s + ": options.bias has " + std::to_string(bias.size()) +
+                                " entries, not N = " + std::to_string(n));
+}
+
+// Walks N in blocks of 4 rows (the last block repeats row N-1 and drops it) and M in blocks of `mr`,
+// so each block of W is converted once per block of X and stays in L1.
+template <class Block>
+void weight_only_driver(std::size_t m, std::size_t n, std::size_t mr, const float* x, std::size_t k,
+                        float* out, Block&& block) {
+  float sums[4 * 4];
+  for (std::size_t j = 0; j < n; j += 4) {
+    const std::size_t nj = std::min<std::size_t>(4, n - j);
+    for (std::size_t i = 0; i < m; i += mr) {
+      const std::size_t mi = std::min(mr, m - i);
+      block(x + i * k, mi, j, sums);
+      for (std::size_t a = 0; a < mi; ++a)
+        for (std::size_t b = 0; b < nj; ++b) out[(i + a) * n + j + b] = sums[a * 4 + b];
+    }
+  }
+}
+
+inline void finish_weight_only(float_level lv, float* out, std::size_t m, std::size_t n, const float* scales,
+                               const weight_only_options& opt) {
+  for (std::size_t i = 0; i < m; ++i) {
+    float* row = out + i * n;
+    if (scales)
+      for (std::size_t j = 0; j < n; ++j) row[j] *= scales[j];
+    if (!opt.bias.empty())
+      for (std::size_t j = 0; j < n; ++j) row[j] += opt.bias[j];
+  }
+  activate_span(lv, out, m * n, opt.activation);
+}
+
+}  // namespace detail
+
+/// @brief Weight-only int8 GEMM (W8A16 on the CPU): C[m][n] = sum_k X[m][k] * W[n][k] * s[n] (+ bias).
+/// X is M x K fp32 row-major, C is M x N fp32 row-major.
+inline void gemm_weight_only(std::span<const float> x, std::size_t m, const quantized_weights& w,
+                             std::span<float> out, const weight_only_options& opt = {}) {
+  constexpr const char* who = "frugal::quant::gemm_weight_only";
+  const std::size_t k = w.cols, n = w.rows;
+  detail::check_weight_only(x.size(), m, k, n, out.size(), opt.bias, who);
+  const auto lv = detail::resolve_float_level(opt.path, who);
+  if (m == 0 || n == 0) return;
+  const auto rows4 = [&](std::size_t j, const std::int8_t** p) {
+    for (std::size_t b = 0; b < 4; ++b) p[b] = w.data.data() + std::min(j + b, n - 1) * k;
+  };
+#if FRUGAL_QUANT_X86
+  if (lv == detail::float_level::avx512) {
+    detail::weight_only_driver(m, n, 4, x.data(), k, out.data(),
+                               [&](const float* xb, std::size_t mi, std::size_t j, float* s) {
+                                 const std::int8_t* p[4];
+                                 rows4(j, p);
+                                 switch (mi) {
+                                   case 4:
+                                     return detail::wo8_block_avx512<4>(xb, k, p, s);
+                                   case 3:
+                                     return detail::wo8_block_avx512<3>(xb, k, p, s);
+                                   case 2:
+                                     return detail::wo8_block_avx512<2>(xb, k, p, s);
+                                   default:
+                                     return detail::wo8_block_avx512<1>(xb, k, p, s);
+                                 }
+                               });
+  } else if (lv == detail::float_level::avx2) {
+    detail::weight_only_driver(m, n, 2, x.data(), k, out.data(),
+                               [&](const float* xb, std::size_t mi, std::size_t j, float* s) {
+                                 const std::int8_t* p[4];
+                                 rows4(j, p);
+                                 if (mi == 2) return detail::wo8_block_avx2<2>(xb, k, p, s);
+                                 detail::wo8_block_avx2<1>(xb, k, p, s);
+                               });
+  } else
+#endif
+  {
+    (void)rows4;
+    detail::wo8_portable(x.data(), m, k, w.data.data(), n, out.data());
+  }
+  detail::finish_weight_only(lv, out.data(), m, n, w.scales.data(), opt);
+}
+
+/// @brief Weight-only groupwise int4 GEMM (W4A16 on the CPU): C[m][n] = sum_k X[m][k] * real(W[n][k]) (+
+/// bias).
+inline void gemm_weight_only(std::span<const float> x, std::size_t m, const int4_weights& w,
+                             std::span<float> out, const weight_only_options& opt = {}) {
+  constexpr const char* who = "frugal::quant::gemm_weight_only";
+  const std::size_t k = w.cols, n = w.rows, g = static_cast<std::size_t>(w.group_size);
+  detail::check_weight_only(x.size(), m, k, n, out.size(), opt.bias, who);
+  if (g % 32 != 0 || k % g != 0 || w.packed.size() != n * (k / 2) || w.scales.size() != n * (k / g) ||
+      (!w.symmetric && w.zero_points.size() != w.scales.size()))
+    throw std::invalid_argument(
+        std::string(who) + ": int4 weights are inconsistent (group_size, packed, scales or zero_points)");
+  const auto lv = detail::resolve_float_level(opt.path, who);
+  if (m == 0 || n == 0) return;
+  const std::uint8_t* zps = w.symmetric ? nullptr : w.zero_points.data();
+#if FRUGAL_QUANT_X86
+  if (lv == detail::float_level::avx512) {
+    detail::weight_only_driver(m, n, 2, x.data(), k, out.data(),
+                               [&](const float* xb, std::size_t mi, std::size_t j, float* s) {
+                                 const std::uint8_t* p[4];
+                                 const half* sc[4];
+                                 const std::uint8_t* zp[4];
+                                 for (std::size_t b = 0; b < 4; ++b) {
+                                   const std::size_t r = std::min(j + b, n - 1);
+                                   p[b] = w.packed.data() + r * (k / 2);
+                                   sc[b] = w.scales.data() + r * (k / g);
+                                   zp[b] = zps ? zps + r * (k / g) : nullptr;
+                                 }
+                                 if (w.symmetric) {
+                                   if (mi == 2)
+                                     return detail::wo4_block_avx512<true, 2>(xb, k, p, sc, zp, g, s);
+                                   return detail::wo4_block_avx512<true, 1>(xb, k, p, sc, zp, g, s);
+                                 }
+                                 if (mi == 2)
+                                   return detail::wo4_block_avx512<false, 2>(xb, k, p, sc, zp, g, s);
+                                 detail::wo4_block_avx512<false, 1>(xb, k, p, sc, zp, g, s);
+                               });
+  } else
+#endif
+  {
+    detail::wo4_portable(x.data(), m, k, w.packed.data(), w.scales.data(), zps, g, n, out.data());
+  }
+  detail::finish_weight_only(lv, out.data(), m, n, nullptr, opt);
+}
+
+/// @brief Weight-only GEMM with fp16 activations: they are widened to fp32 (exact), then as above.
+template <class Weights>
+void gemm_weight_only(std::span<const half> x, std::size_t m, const Weights& w, std::span<float> out,
+                      const weight_only_options& opt = {}) {
+  std::vector<float> xf(x.size());
+  convert(x, std::span<float>(xf), opt.path);
+  gemm_weight_only(std::span<const float>(xf), m, w, out, opt);
+}
+
+/// @brief Weight-only GEMM on Eigen matrices: out (resized to M x N) = X * dequant(W)^T.
+template <class Weights>
+void gemm_weight_only(const Eigen::Ref<const row_matrix>& x, const Weights& w, row_matrix& out,
+                      const weight_only_options& opt = {}) {
+  out.resize(x.rows(), static_cast<Eigen::Index>(w.rows));
+  detail::with_contiguous(x, [&](std::span<const float> d) {
+    gemm_weight_only(d, static_cast<std::size_t>(x.rows()), w,
+                     std::span<float>(out.data(), static_cast<std::size_t>(out.size())), opt);
+    return 0;
+  });
+}
+
+/// @brief The Eigen fp32 reference: X (M x K) * W^T (W is N x K), + bias, then the activation.
+inline row_matrix reference_gemm(const Eigen::Ref<const row_matrix>& x, const Eigen::Ref<const row_matrix>& w,
+                                 std::span<const float> bias = {},
+                                 activation_kind act = activation_kind::none) {
+  row_matrix out = x * w.transpose();
+  for (Eigen::Index i = 0; i < out.rows(); ++i)
+    for (Eigen::Index j = 0; j < out.cols(); ++j) {
+      float v = out(i, j) + (bias.empty() ? 0.0f : bias[static_cast<std::size_t>(j)]);
+      out(i, j) = detail::activate(v, act);
+    }
+  return out;
+}
+
+}  // namespace quant
+FRUGAL_END_NAMESPACE
+FRUGAL_QUANT_SIMD_END

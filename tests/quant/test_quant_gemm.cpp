@@ -1,0 +1,278 @@
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "frugal/quant.hpp"
+
+namespace q = frugal::quant;
+
+namespace {
+
+std::vector<q::simd_path> int8_paths() {
+  std::vector<q::simd_path> p;
+  for (auto s :
+       {q::simd_path::portable, q::simd_path::avx2, q::simd_path::avx_vnni, q::simd_path::avx512_vnni})
+    if (q::is_supported(s)) p.push_back(s);
+  return p;
+}
+std::vector<q::simd_path> float_paths() {
+  std::vector<q::simd_path> p;
+  for (auto s : {q::simd_path::portable, q::simd_path::avx2, q::simd_path::avx512})
+    if (q::is_supported(s)) p.push_back(s);
+  return p;
+}
+
+q::quantized_activations random_activations(std::size_t m, std::size_t k, std::mt19937& rng, bool asym) {
+  q::quantized_activations a;
+  a.rows = m;
+  a.cols = k;
+  a.data.resize(m * k);
+  for (auto& v : a.data) v = static_cast<std::int8_t>(static_cast<int>(rng() % 256) - 128);
+  for (std::size_t i = 0; i < m; ++i) {
+    a.scales.push_back(0.01f + static_cast<float>(rng() % 100) / 1000.0f);
+    if (asym) a.zero_points.push_back(static_cast<int>(rng() % 41) - 20);
+  }
+  return a;
+}
+
+q::quantized_weights random_weights(std::size_t n, std::size_t k, std::mt19937& rng) {
+  std::vector<std::int8_t> d(n * k);
+  for (auto& v : d) v = static_cast<std::int8_t>(static_cast<int>(rng() % 255) - 127);
+  d[0] = -128;  // the full int8 range must be exact too
+  std::vector<float> s(n);
+  for (auto& v : s) v = 0.005f + static_cast<float>(rng() % 100) / 5000.0f;
+  return q::make_quantized_weights(d, n, k, s);
+}
+
+std::vector<std::int32_t> naive_acc(const q::quantized_activations& a, const q::quantized_weights& w) {
+  std::vector<std::int32_t> c(a.rows * w.rows, 0);
+  for (std::size_t m = 0; m < a.rows; ++m)
+    for (std::size_t n = 0; n < w.rows; ++n)
+      for (std::size_t k = 0; k < a.cols; ++k)
+        c[m * w.rows + n] += static_cast<std::int32_t>(a.data[m * a.cols + k]) * w.data[n * a.cols + k];
+  return c;
+}
+
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "no exception";
+}
+
+}  // namespace
+
+TEST_CASE("quant gemm: every int8 path gives int32 accumulators bit-exact with a naive triple loop") {
+  std::mt19937 rng(1234);
+  CAPTURE(int8_paths().size());
+  for (std::size_t m = 1; m <= 17; ++m) {
+    const std::size_t k = 2 * (rng() % 40) + 1;  // odd K
+    const std::size_t n = 1 + rng() % 70;
+    CAPTURE(m);
+    CAPTURE(k);
+    CAPTURE(n);
+    const auto a = random_activations(m, k, rng, false);
+    const auto w = random_weights(n, k, rng);
+    const auto want = naive_acc(a, w);
+    for (auto path : int8_paths()) {
+      CAPTURE(q::to_string(path));
+      std::vector<std::int32_t> got(m * n, -1);
+      q::gemm_w8a8_s32(a, w, got, path);
+      CHECK(got == want);
+    }
+  }
+  // The extremes: -128 * -128 over a long K, the worst case of the unsigned-offset trick.
+  q::quantized_activations a{.rows = 3,
+                             .cols = 1001,
+                             .data = std::vector<std::int8_t>(3 * 1001, -128),
+                             .scales = {1, 1, 1},
+                             .zero_points = {}};
+  a.data[5] = 127;
+  const auto w = q::make_quantized_weights(std::vector<std::int8_t>(33 * 1001, -128), 33, 1001,
+                                           std::vector<float>(33, 1.0f));
+  const auto want = naive_acc(a, w);
+  CHECK(want[33 + 5] == 128 * 128 * 1001);
+  for (auto path : int8_paths()) {
+    std::vector<std::int32_t> got(3 * 33);
+    q::gemm_w8a8_s32(a, w, got, path);
+    CHECK(got == want);
+  }
+}
+
+TEST_CASE(
+    "quant gemm: the fused W8A8 epilogue applies scales, zero points, bias and activation on every path") {
+  std::mt19937 rng(99);
+  for (bool asym : {false, true})
+    for (auto act : {q::activation_kind::none, q::activation_kind::relu, q::activation_kind::gelu}) {
+      const std::size_t m = 1 + rng() % 12, k = 37, n = 1 + rng() % 50;
+      const auto a = random_activations(m, k, rng, asym);
+      const auto w = random_weights(n, k, rng);
+      std::vector<float> bias(n);
+      for (auto& b : bias) b = static_cast<float>(static_cast<int>(rng() % 200) - 100) / 50.0f;
+      const auto acc = naive_acc(a, w);
+      std::vector<float> want(m * n);
+      for (std::size_t i = 0; i < m; ++i)
+        for (std::size_t j = 0; j < n; ++j) {
+          const double za = asym ? a.zero_points[i] : 0;
+          double v = (acc[i * n + j] - za * w.col_sums[j]) * a.scales[i] * w.scales[j] + bias[j];
+          if (act == q::activation_kind::relu) v = std::max(v, 0.0);
+          if (act == q::activation_kind::gelu)
+            v = 0.5 * v * (1 + std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
+          want[i * n + j] = static_cast<float>(v);
+        }
+      for (auto path : int8_paths()) {
+        CAPTURE(q::to_string(path));
+        const q::gemm_options opt{.bias = bias, .activation = act, .path = path};
+        std::vector<float> out(m * n);
+        q::gemm_w8a8(a, w, out, opt);
+        std::vector<q::half> out16(m * n);
+        q::gemm_w8a8(a, w, out16, opt);
+        std::vector<q::bfloat16> outb(m * n);
+        q::gemm_w8a8(a, w, outb, opt);
+        for (std::size_t i = 0; i < m * n; ++i) {
+          const float tol = 2e-5f * (1.0f + std::abs(want[i]));
+          CHECK(std::abs(out[i] - want[i]) <= tol);
+          CHECK(std::abs(static_cast<float>(out16[i]) - want[i]) <= 1e-3f * (1.0f + std::abs(want[i])));
+          CHECK(std::abs(static_cast<float>(outb[i]) - want[i]) <= 8e-3f * (1.0f + std::abs(want[i])));
+        }
+        // The half output is the round-to-nearest-even of the fp32 result of the same path.
+        for (std::size_t i = 0; i < m * n; ++i) CHECK(out16[i].bits == q::half(out[i]).bits);
+        for (std::size_t i = 0; i < m * n; ++i) CHECK(outb[i].bits == q::bfloat16(out[i]).bits);
+      }
+    }
+}
+
+TEST_CASE("quant gemm: W8A8 on real matrices tracks the Eigen fp32 reference") {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  q::row_matrix x(9, 96), w(40, 96);
+  for (int i = 0; i < x.size(); ++i) x.data()[i] = nd(rng);
+  for (int i = 0; i < w.size(); ++i) w.data()[i] = 0.05f * nd(rng);
+  std::vector<float> bias(40, 0.1f);
+  const q::row_matrix ref = q::reference_gemm(x, w, bias, q::activation_kind::gelu);
+  for (bool sym : {true, false}) {
+    const auto qa = q::quantize_rows(x, {.symmetric = sym});
+    CHECK(qa.scales[0] == doctest::Approx(sym ? x.row(0).cwiseAbs().maxCoeff() / 127.0f
+                                              : (x.row(0).maxCoeff() - x.row(0).minCoeff()) / 255.0f));
+    q::row_matrix out;
+    q::gemm_w8a8(qa, q::quantize_weights_per_channel(w), out,
+                 {.bias = bias, .activation = q::activation_kind::gelu});
+    CHECK(out.rows() == 9);
+    CHECK(out.cols() == 40);
+    CHECK(q::cosine_similarity(ref, out) > 0.999);
+    CHECK(q::relative_error(ref, out) < 0.03);
+  }
+}
+
+TEST_CASE("quant gemm: requantization to int8 uses gemmlowp's fixed-point multiplier") {
+  SUBCASE("the fixed-point primitives") {
+    const auto fm = q::quantize_multiplier(0.25);
+    CHECK(fm.multiplier == 1 << 30);
+    CHECK(fm.shift == -1);
+    CHECK(q::multiply_by_quantized_multiplier(100, fm) == 25);
+    CHECK(q::multiply_by_quantized_multiplier(102, fm) == 26);  // 25.5 rounds away from zero
+    CHECK(q::multiply_by_quantized_multiplier(-102, fm) == -26);
+    CHECK(q::multiply_by_quantized_multiplier(7, q::quantize_multiplier(3.0)) == 21);
+    CHECK(q::saturating_rounding_doubling_high_mul(INT32_MIN, INT32_MIN) == INT32_MAX);
+    CHECK(q::rounding_divide_by_pot(5, 1) == 3);
+    CHECK(q::rounding_divide_by_pot(-5, 1) == -3);
+    CHECK(error_of([] { q::quantize_multiplier(0.0); }).find("multiplier") != std::string::npos);
+  }
+  std::mt19937 rng(77);
+  for (bool uniform : {true, false}) {
+    auto a = random_activations(5, 29, rng, false);
+    if (uniform) a.scales.assign(5, 0.02f);
+    const auto w = random_weights(19, 29, rng);
+    const std::vector<float> bias(19, 0.3f);
+    const float so = 0.05f;
+    const auto acc = naive_acc(a, w);
+    for (auto path : int8_paths()) {
+      std::vector<std::int8_t> out(5 * 19);
+      q::gemm_w8a8(a, w, out, {.output_scale = so, .output_zero_point = 3, .bias = bias, .path = path});
+      for (std::size_t i = 0; i < 5; ++i)
+        for (std::size_t j = 0; j < 19; ++j) {
+          const double real = acc[i * 19 + j] * static_cast<double>(a.scales[i]) * w.scales[j] + 0.3;
+          const double want = std::clamp(std::nearbyint(real / so) + 3, -128.0, 127.0);
+          CHECK(std::abs(out[i * 19 + j] - want) <= 1.0);
+        }
+    }
+  }
+}
+
+TEST_CASE("quant gemm: weight-only int8 and int4 match the dequantized reference on every path") {
+  std::mt19937 rng(8);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (std::size_t m : {1u, 2u, 3u, 5u}) {
+    const std::size_t n = 1 + rng() % 21, k = 128;
+    q::row_matrix x(static_cast<int>(m), static_cast<int>(k)), w(static_cast<int>(n), static_cast<int>(k));
+    for (int i = 0; i < x.size(); ++i) x.data()[i] = nd(rng);
+    for (int i = 0; i < w.size(); ++i) w.data()[i] = nd(rng);
+    std::vector<float> bias(n, -0.5f);
+    const auto w8 = q::quantize_weights_per_channel(w);
+    q::row_matrix w8_real(static_cast<int>(n), static_cast<int>(k));
+    for (std::size_t r = 0; r < n; ++r)
+      for (std::size_t c = 0; c < k; ++c)
+        w8_real(static_cast<int>(r), static_cast<int>(c)) =
+            static_cast<float>(w8.data[r * k + c]) * w8.scales[r];
+    for (auto path : float_paths()) {
+      CAPTURE(q::to_string(path));
+      q::row_matrix out;
+      q::gemm_weight_only(x, w8, out, {.bias = bias, .activation = q::activation_kind::relu, .path = path});
+      const q::row_matrix ref = q::reference_gemm(x, w8_real, bias, q::activation_kind::relu);
+      CHECK((out - ref).cwiseAbs().maxCoeff() < 1e-4f * (1.0f + ref.cwiseAbs().maxCoeff()));
+      for (bool sym : {true, false})
+        for (int g : {32, 64, 128}) {
+          const auto w4 = q::quantize_int4(w, {.group_size = g, .symmetric = sym});
+          q::row_matrix out4;
+          q::gemm_weight_only(x, w4, out4, {.path = path});
+          const q::row_matrix ref4 = q::reference_gemm(x, q::dequantize(w4));
+          CHECK((out4 - ref4).cwiseAbs().maxCoeff() < 1e-4f * (1.0f + ref4.cwiseAbs().maxCoeff()));
+        }
+    }
+    // fp16 activations are widened exactly.
+    std::vector<q::half> xh(m * k);
+    std::vector<float> xr(m * k);
+    for (std::size_t i = 0; i < m * k; ++i) {
+      xh[i] = q::half(x.data()[i]);
+      xr[i] = static_cast<float>(xh[i]);
+    }
+    std::vector<float> o1(m * n), o2(m * n);
+    q::gemm_weight_only(std::span<const q::half>(xh), m, w8, o1);
+    q::gemm_weight_only(std::span<const float>(xr), m, w8, o2);
+    CHECK(o1 == o2);
+  }
+}
+
+TEST_CASE("quant gemm: mismatched shapes and options fail with a clear error") {
+  std::mt19937 rng(2);
+  const auto a = random_activations(2, 8, rng, false);
+  const auto w = random_weights(3, 8, rng);
+  const auto w9 = random_weights(3, 9, rng);
+  std::vector<float> out(6), small(5);
+  CHECK(error_of([&] { q::gemm_w8a8(a, w9, out); }).find("K = 8 but weights have K = 9") !=
+        std::string::npos);
+  CHECK(error_of([&] { q::gemm_w8a8(a, w, small); }).find("out has 5 elements") != std::string::npos);
+  const std::vector<float> bias(2);
+  CHECK(error_of([&] { q::gemm_w8a8(a, w, out, {.bias = bias}); }).find("options.bias has 2") !=
+        std::string::npos);
+  CHECK(error_of([&] { q::gemm_weight_only(std::vector<float>(15), 2, w, out); }).find("x has 15") !=
+        std::string::npos);
+  std::vector<std::int8_t> o8(6);
+  CHECK(error_of([&] { q::gemm_w8a8(a, w, o8, {.output_scale = 0.0f}); }).find("options.output_scale") !=
+        std::string::npos);
+  CHECK(error_of([&] {
+          q::make_quantized_weights(std::vector<std::int8_t>(6), 2, 3, std::vector<float>{1.0f, 0.0f});
+        }).find("scales[1]") != std::string::npos);
+  if (!q::is_supported(q::simd_path::avx512_vnni))
+    CHECK(error_of([&] {
+            q::gemm_w8a8(a, w, out, {.path = q::simd_path::avx512_vnni});
+          }).find("not supported") != std::string::npos);
+}
