@@ -7,15 +7,33 @@ from conan.tools.files import copy, rmdir, save
 
 required_conan_version = ">=2.0"
 
-# The CMake lines CMakeDeps cannot express: frugal::cuda needs the consumer's CUDA toolkit, which no
-# Conan package provides (as with CUTLASS), and nvcc 13 needs its C++20 flag passed directly.
-_CUDA_BUILD_MODULE = """\
-if(TARGET frugal::cuda)
-  find_package(CUDAToolkit REQUIRED)
-  set_property(TARGET frugal::cuda APPEND PROPERTY INTERFACE_LINK_LIBRARIES CUDA::cudart CUDA::cublasLt)
-  set_property(TARGET frugal::cuda APPEND PROPERTY INTERFACE_COMPILE_OPTIONS $<$<COMPILE_LANGUAGE:CUDA>:-std=c++20>)
+# The CMake lines CMakeDeps cannot express, included by the consumer's find_package(frugal) after the
+# targets are made. frugal::cuda needs the consumer's CUDA toolkit, which no Conan package provides (as
+# with CUTLASS), and nvcc 13 needs its C++20 flag passed directly.
+_BUILD_MODULES = {
+    "cuda": """\
+find_package(CUDAToolkit REQUIRED)
+set_property(TARGET frugal::cuda APPEND PROPERTY INTERFACE_LINK_LIBRARIES CUDA::cudart CUDA::cublasLt)
+set_property(TARGET frugal::cuda APPEND PROPERTY INTERFACE_COMPILE_OPTIONS $<$<COMPILE_LANGUAGE:CUDA>:-std=c++20>)
+""",
+    # A dependency given by the profile's [platform_requires] has no package, so CMakeDeps makes no target
+    # for it; these find it on the system as frugal's own CMake does.
+    "eigen": """\
+if(NOT TARGET Eigen3::Eigen)
+  find_package(Eigen3 3.4 CONFIG REQUIRED)
 endif()
-"""
+set_property(TARGET frugal::frugal APPEND PROPERTY INTERFACE_LINK_LIBRARIES Eigen3::Eigen)
+""",
+    "xxhash": """\
+if(NOT TARGET xxHash::xxhash)
+  list(PREPEND CMAKE_MODULE_PATH "${CMAKE_CURRENT_LIST_DIR}")
+  find_package(xxHash REQUIRED)
+  list(POP_FRONT CMAKE_MODULE_PATH)
+endif()
+set_property(TARGET frugal::frugal APPEND PROPERTY INTERFACE_LINK_LIBRARIES xxHash::xxhash)
+""",
+}
+_DEPENDENCIES = {"eigen": "eigen::eigen", "xxhash": "xxhash::xxhash"}
 
 
 class FrugalConan(ConanFile):
@@ -76,31 +94,44 @@ class FrugalConan(ConanFile):
         copy(self, "*", os.path.join(self.source_folder, "cuda", "frugal", "cuda"),
              os.path.join(self.package_folder, "include", "frugal", "cuda"))
         copy(self, "LICENSE", self.source_folder, os.path.join(self.package_folder, "licenses"))
-        save(self, os.path.join(self.package_folder, self._cuda_module), _CUDA_BUILD_MODULE)
+        copy(self, "FindxxHash.cmake", os.path.join(self.source_folder, "cmake"),
+             os.path.join(self.package_folder, "lib", "cmake"))
+        for name, text in _BUILD_MODULES.items():
+            save(self, os.path.join(self.package_folder, self._module(name)), text)
 
-    @property
-    def _cuda_module(self):
-        return os.path.join("lib", "cmake", "frugal-cuda-toolkit.cmake")
+    @staticmethod
+    def _module(name):
+        return os.path.join("lib", "cmake", f"frugal-{name}.cmake")
+
+    def _packaged(self, name):
+        return any(dep.ref.name == name for _, dep in self.dependencies.host.items())
 
     def package_info(self):
         self.cpp_info.set_property("cmake_file_name", "frugal")
-        self.cpp_info.set_property("cmake_target_name", "frugal::frugal_all")
-        self.cpp_info.set_property("pkg_config_name", "frugal")
+        # The root target links every component; it must not take frugal::frugal, the host part alone.
+        self.cpp_info.set_property("cmake_target_name", "frugal::all")
+        self.cpp_info.set_property("pkg_config_name", "frugal-all")
 
         core = self.cpp_info.components["core"]
         core.set_property("cmake_target_name", "frugal::frugal")
         core.set_property("pkg_config_name", "frugal")
-        core.requires = ["eigen::eigen", "xxhash::xxhash"]
         core.bindirs = []
         core.libdirs = []
         if self.settings.os in ("Linux", "FreeBSD"):
             core.system_libs = ["pthread"]
+        modules = []
+        for name, target in _DEPENDENCIES.items():
+            if self._packaged(name):
+                core.requires.append(target)
+            else:
+                modules.append(self._module(name))
 
         if self.options.with_cuda:
             cuda = self.cpp_info.components["cuda"]
             cuda.set_property("cmake_target_name", "frugal::cuda")
+            cuda.set_property("pkg_config_name", "frugal-cuda")
             cuda.requires = ["core"]
             cuda.bindirs = []
             cuda.libdirs = []
-            cuda.builddirs = [os.path.join("lib", "cmake")]
-            self.cpp_info.set_property("cmake_build_modules", [self._cuda_module])
+            modules.append(self._module("cuda"))
+        self.cpp_info.set_property("cmake_build_modules", modules)

@@ -1,5 +1,6 @@
 # Runs `conan create` of frugal with its test_package, offline: no remote at all, Eigen and xxHash
-# from the system through the wrapper recipes beside this file.
+# from the system, through the wrapper recipes beside this file (-DDEPS=wrappers) or the profile's
+# [platform_requires] (-DDEPS=platform, with -DEIGEN_VERSION and -DXXHASH_VERSION).
 #   -DROOT=<frugal source>  -DWORK=<scratch folder>  -DTOOLS=<folder for the conan venv>
 #   -DWITH_CUDA=ON|OFF      -DPYTHON=<python3>  -DEXPECT=<lines the test package must print>
 # Conan comes from, in order: a venv already in TOOLS, a Conan 2 on PATH, or a fresh venv in TOOLS
@@ -79,10 +80,14 @@ file(MAKE_DIRECTORY "${WORK}")
 run("${conan}" profile detect --force)
 run("${conan}" remote remove "*")
 set(TEST_FOLDER "${WORK}/test_package")
+if(DEPS STREQUAL "platform")
+  set(PLATFORM_REQUIRES "[platform_requires]\neigen/${EIGEN_VERSION}\nxxhash/${XXHASH_VERSION}")
+else()
+  set(PLATFORM_REQUIRES "")
+  run("${conan}" export "${CMAKE_CURRENT_LIST_DIR}/eigen")
+  run("${conan}" export "${CMAKE_CURRENT_LIST_DIR}/xxhash")
+endif()
 configure_file("${CMAKE_CURRENT_LIST_DIR}/offline.profile.in" "$ENV{CONAN_HOME}/profiles/frugal-offline" @ONLY)
-
-run("${conan}" export "${CMAKE_CURRENT_LIST_DIR}/eigen")
-run("${conan}" export "${CMAKE_CURRENT_LIST_DIR}/xxhash")
 set(options -o "frugal/*:with_cuda=False")
 if(WITH_CUDA)
   set(options -o "frugal/*:with_cuda=True")
