@@ -39,6 +39,8 @@ check(include/frugal/version.hpp "FRUGAL_VERSION_STRING \"([^\"]*)\"")
 check(vcpkg.json "\"version[-a-z]*\" *: *\"([^\"]*)\"")
 check(ports/frugal/vcpkg.json "\"version[-a-z]*\" *: *\"([^\"]*)\"")
 check(conanfile.py "\n[ \t]*version[ \t]*=[ \t]*\"([^\"]*)\"")
+# The README's Conan example requires frugal/<version>.
+check(README.md "\nfrugal/([^\n]*)\n")
 if(NOT EXPECT_VERSION STREQUAL project_version)
   list(APPEND bad "CMakeLists.txt says ${project_version}, expected ${EXPECT_VERSION}")
 endif()

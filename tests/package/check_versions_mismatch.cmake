@@ -1,7 +1,7 @@
 # Proves the version check names the one file that disagrees: copies every file that states the
 # version into WORK, bumps the version in FILE alone, and runs check_versions.cmake on the copy.
 #   -DROOT=<frugal source>  -DWORK=<scratch folder>  -DFILE=<path relative to ROOT>
-set(files CMakeLists.txt include/frugal/version.hpp vcpkg.json ports/frugal/vcpkg.json conanfile.py)
+set(files CMakeLists.txt include/frugal/version.hpp vcpkg.json ports/frugal/vcpkg.json conanfile.py README.md)
 file(REMOVE_RECURSE "${WORK}")
 foreach(f ${files})
   get_filename_component(dir "${WORK}/${f}" DIRECTORY)
@@ -13,7 +13,9 @@ string(REGEX MATCH "project\\(frugal VERSION ([0-9]+)\\.([0-9]+)\\.([0-9]+)" _ "
 set(version "${CMAKE_MATCH_1}.${CMAKE_MATCH_2}.${CMAKE_MATCH_3}")
 math(EXPR bumped_patch "${CMAKE_MATCH_3} + 1")
 set(bumped "${CMAKE_MATCH_1}.${CMAKE_MATCH_2}.${bumped_patch}")
-if(FILE STREQUAL "include/frugal/version.hpp")
+if(FILE STREQUAL "README.md")
+  string(REPLACE "\nfrugal/${version}\n" "\nfrugal/${bumped}\n" edited "${text}")
+elseif(FILE STREQUAL "include/frugal/version.hpp")
   string(REPLACE "FRUGAL_VERSION_STRING \"${version}\"" "FRUGAL_VERSION_STRING \"${bumped}\"" edited "${text}")
 else()
   string(REPLACE "\"${version}\"" "\"${bumped}\"" edited "${text}")
