@@ -1,5 +1,5 @@
-// Host-side checks of the GEMM API: every can_implement status, split-K and workspace sizing, and the dispatcher's
-// table. Needs no device; devices are described by a device_info.
+// Host-side checks of the GEMM API: every can_implement status, split-K and workspace sizing, and the
+// dispatcher's table. Needs no device; devices are described by a device_info.
 #include <doctest/doctest.h>
 
 #include <cstdint>
@@ -22,20 +22,58 @@ alignas(256) std::int32_t i32[64];
 alignas(256) unsigned char out[8192];
 
 fc::gemm_w8a8_arguments w8a8() {
-  return {.m = 16, .n = 32, .k = 64, .a = a8, .lda = 64, .b = b8, .ldb = 64, .scale_a = scales, .scale_b = scales,
-          .c = out, .ldc = 32, .c_type = fc::dtype::f16};
+  return {.m = 16,
+          .n = 32,
+          .k = 64,
+          .a = a8,
+          .lda = 64,
+          .b = b8,
+          .ldb = 64,
+          .scale_a = scales,
+          .scale_b = scales,
+          .c = out,
+          .ldc = 32,
+          .c_type = fc::dtype::f16};
 }
 fc::gemm_f16_arguments f16() {
-  return {.m = 16, .n = 32, .k = 64, .ab_type = fc::dtype::f16, .a = a8, .lda = 64, .b = b8, .ldb = 64, .c = out,
-          .ldc = 32, .c_type = fc::dtype::f16};
+  return {.m = 16,
+          .n = 32,
+          .k = 64,
+          .ab_type = fc::dtype::f16,
+          .a = a8,
+          .lda = 64,
+          .b = b8,
+          .ldb = 64,
+          .c = out,
+          .ldc = 32,
+          .c_type = fc::dtype::f16};
 }
 fc::gemm_w8a16_arguments w8a16() {
-  return {.m = 1, .n = 32, .k = 64, .x = a8, .ldx = 64, .w = b8, .ldw = 64, .scale = scales, .c = out, .ldc = 32,
+  return {.m = 1,
+          .n = 32,
+          .k = 64,
+          .x = a8,
+          .ldx = 64,
+          .w = b8,
+          .ldw = 64,
+          .scale = scales,
+          .c = out,
+          .ldc = 32,
           .split_k = 1};
 }
 fc::gemm_w4a16_arguments w4a16() {
-  return {.m = 1, .n = 32, .k = 128, .x = a8, .ldx = 128, .w = reinterpret_cast<std::uint8_t*>(b8), .ldw = 64,
-          .group_size = 64, .scale = reinterpret_cast<const __half*>(scales), .c = out, .ldc = 32, .split_k = 1};
+  return {.m = 1,
+          .n = 32,
+          .k = 128,
+          .x = a8,
+          .ldx = 128,
+          .w = reinterpret_cast<std::uint8_t*>(b8),
+          .ldw = 64,
+          .group_size = 64,
+          .scale = reinterpret_cast<const __half*>(scales),
+          .c = out,
+          .ldc = 32,
+          .split_k = 1};
 }
 
 template <class Args>

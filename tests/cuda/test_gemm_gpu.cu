@@ -1,5 +1,6 @@
-// GPU checks of every kernel against a float64 host reference on fresh random data (the seed is printed), with
-// poisoned outputs, and against cuBLASLt where it supports the shape. Skipped, with the reason, without a device.
+// GPU checks of every kernel against a float64 host reference on fresh random data (the seed is printed),
+// with poisoned outputs, and against cuBLASLt where it supports the shape. Skipped, with the reason, without
+// a device.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -31,21 +32,24 @@ struct rng {
   void fill_s8(std::vector<std::int8_t>& v) {
     for (std::size_t i = 0; i < v.size(); i += 8) {
       std::uint64_t r = next();
-      for (std::size_t j = 0; j < 8 && i + j < v.size(); ++j) v[i + j] = static_cast<std::int8_t>(r >> (8 * j));
+      for (std::size_t j = 0; j < 8 && i + j < v.size(); ++j)
+        v[i + j] = static_cast<std::int8_t>(r >> (8 * j));
     }
   }
   void fill_u8(std::vector<std::uint8_t>& v) {
     for (std::size_t i = 0; i < v.size(); i += 8) {
       std::uint64_t r = next();
-      for (std::size_t j = 0; j < 8 && i + j < v.size(); ++j) v[i + j] = static_cast<std::uint8_t>(r >> (8 * j));
+      for (std::size_t j = 0; j < 8 && i + j < v.size(); ++j)
+        v[i + j] = static_cast<std::uint8_t>(r >> (8 * j));
     }
   }
 };
 
 rng& test_rng() {
   static rng r = [] {
-    const std::uint64_t seed = std::random_device{}() ^ static_cast<std::uint64_t>(
-                                                           std::chrono::steady_clock::now().time_since_epoch().count());
+    const std::uint64_t seed =
+        std::random_device{}() ^
+        static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
     std::printf("gemm GPU tests: seed %llu\n", static_cast<unsigned long long>(seed));
     return rng{seed};
   }();
@@ -102,7 +106,8 @@ double rounding(fc::dtype t) {
   return 0x1p-11;
 }
 
-// The rows and columns a check visits: all of them when the product is small, else a random sample plus the edges.
+// The rows and columns a check visits: all of them when the product is small, else a random sample plus the
+// edges.
 std::vector<int> sample(int n, int want) {
   std::vector<int> v;
   if (n <= want) {
@@ -120,8 +125,8 @@ struct shape {
   int m, n, k;
 };
 // The issue's M list, each paired with N, K from 64 to 8192 including non-multiples of the tiles.
-const shape w8a8_shapes[] = {{1, 64, 64},       {1, 8192, 8192},  {2, 200, 208},     {3, 4096, 4096},
-                             {7, 1000, 1008},   {16, 8192, 1024}, {17, 520, 8192},   {64, 64, 8192},
+const shape w8a8_shapes[] = {{1, 64, 64},       {1, 8192, 8192},    {2, 200, 208},      {3, 4096, 4096},
+                             {7, 1000, 1008},   {16, 8192, 1024},   {17, 520, 8192},    {64, 64, 8192},
                              {128, 4096, 4096}, {1024, 1032, 2064}, {4096, 4096, 4096}, {4096, 136, 64}};
 
 std::int64_t dot_s8(const std::int8_t* a, const std::int8_t* b, int k) {
@@ -147,8 +152,16 @@ TEST_CASE("gemm_w8a8: int32 accumulators are bit-exact against the host and cuBL
     auto db = to_device(b);
     fc::device_buffer<std::int32_t> dc(static_cast<std::size_t>(s.m) * s.n);
     dc.fill_bytes(0x7F);  // 0x7F7F7F7F is beyond any |acc| <= 128*128*K here
-    fc::gemm_w8a8_arguments args{.m = s.m, .n = s.n, .k = s.k, .a = da.data(), .lda = s.k, .b = db.data(),
-                                 .ldb = s.k, .c = dc.data(), .ldc = s.n, .c_type = fc::dtype::s32};
+    fc::gemm_w8a8_arguments args{.m = s.m,
+                                 .n = s.n,
+                                 .k = s.k,
+                                 .a = da.data(),
+                                 .lda = s.k,
+                                 .b = db.data(),
+                                 .ldb = s.k,
+                                 .c = dc.data(),
+                                 .ldc = s.n,
+                                 .c_type = fc::dtype::s32};
     const fc::status st = fc::run(args);
     REQUIRE_MESSAGE(st, st.str());
     REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
@@ -157,9 +170,11 @@ TEST_CASE("gemm_w8a8: int32 accumulators are bit-exact against the host and cuBL
     int bad = 0;
     for (int m : sample(s.m, 48))
       for (int n : sample(s.n, 256)) {
-        const auto ref = dot_s8(&a[static_cast<std::size_t>(m) * s.k], &b[static_cast<std::size_t>(n) * s.k], s.k);
+        const auto ref =
+            dot_s8(&a[static_cast<std::size_t>(m) * s.k], &b[static_cast<std::size_t>(n) * s.k], s.k);
         if (ref != c[static_cast<std::size_t>(m) * s.n + n] && ++bad < 5)
-          FAIL_CHECK("acc(" << m << ", " << n << ") = " << c[static_cast<std::size_t>(m) * s.n + n] << ", host " << ref);
+          FAIL_CHECK("acc(" << m << ", " << n << ") = " << c[static_cast<std::size_t>(m) * s.n + n]
+                            << ", host " << ref);
       }
     CHECK(bad == 0);
 
@@ -178,7 +193,8 @@ TEST_CASE("gemm_w8a8: int32 accumulators are bit-exact against the host and cuBL
   }
 }
 
-TEST_CASE("gemm_w8a8: the fused epilogue matches the host within the output type's rounding" * FRUGAL_NEEDS_GPU) {
+TEST_CASE("gemm_w8a8: the fused epilogue matches the host within the output type's rounding" *
+          FRUGAL_NEEDS_GPU) {
   struct epi_case {
     shape s;
     fc::dtype out;
@@ -210,8 +226,9 @@ TEST_CASE("gemm_w8a8: the fused epilogue matches the host within the output type
     for (auto& v : sb) v = test_rng().uniform(1e-3f, 2e-2f);
     for (auto& v : bias) v = test_rng().uniform(-2.0f, 2.0f);
     for (auto& v : za) v = static_cast<int>(test_rng().next() % 256) - 128;
-    for (int n = 0; n < s.n; ++n) colsum[n] = static_cast<std::int32_t>(dot_s8(&b[static_cast<std::size_t>(n) * s.k],
-                                                                              std::vector<std::int8_t>(s.k, 1).data(), s.k));
+    for (int n = 0; n < s.n; ++n)
+      colsum[n] = static_cast<std::int32_t>(
+          dot_s8(&b[static_cast<std::size_t>(n) * s.k], std::vector<std::int8_t>(s.k, 1).data(), s.k));
     auto da = to_device(a), db = to_device(b);
     auto dsa = to_device(sa), dsb = to_device(sb), dbias = to_device(bias);
     auto dza = to_device(za), dcs = to_device(colsum);
@@ -219,11 +236,21 @@ TEST_CASE("gemm_w8a8: the fused epilogue matches the host within the output type
     const std::size_t esz = fc::size_of(e.out);
     fc::device_buffer<unsigned char> dc(static_cast<std::size_t>(s.m) * ldc * esz);
     dc.fill_bytes(0xFF);
-    fc::gemm_w8a8_arguments args{.m = s.m, .n = s.n, .k = s.k, .a = da.data(), .lda = s.k, .b = db.data(),
-                                 .ldb = s.k, .scale_a = dsa.data(), .scale_b = dsb.data(),
+    fc::gemm_w8a8_arguments args{.m = s.m,
+                                 .n = s.n,
+                                 .k = s.k,
+                                 .a = da.data(),
+                                 .lda = s.k,
+                                 .b = db.data(),
+                                 .ldb = s.k,
+                                 .scale_a = dsa.data(),
+                                 .scale_b = dsb.data(),
                                  .zero_a = e.zero_point ? dza.data() : nullptr,
                                  .colsum_b = e.zero_point ? dcs.data() : nullptr,
-                                 .bias = e.bias ? dbias.data() : nullptr, .act = e.act, .c = dc.data(), .ldc = ldc,
+                                 .bias = e.bias ? dbias.data() : nullptr,
+                                 .act = e.act,
+                                 .c = dc.data(),
+                                 .ldc = ldc,
                                  .c_type = e.out};
     const fc::status st = fc::run(args);
     REQUIRE_MESSAGE(st, st.str());
@@ -246,8 +273,10 @@ TEST_CASE("gemm_w8a8: the fused epilogue matches the host within the output type
         const double pre = acc * sa[m] * sb[n] + (e.bias ? bias[n] : 0.0);
         const double ref = activate(pre, e.act);
         const double got = read_out(c, e.out, static_cast<std::size_t>(m) * ldc + n);
-        const double tol = 2 * rounding(e.out) * std::fabs(ref) + 1e-6 * (std::fabs(acc * sa[m] * sb[n]) + 2.0) + 0x1p-24;
-        if (!(std::fabs(got - ref) <= tol) && ++bad < 5) FAIL_CHECK("c(" << m << ", " << n << ") = " << got << ", host " << ref);
+        const double tol =
+            2 * rounding(e.out) * std::fabs(ref) + 1e-6 * (std::fabs(acc * sa[m] * sb[n]) + 2.0) + 0x1p-24;
+        if (!(std::fabs(got - ref) <= tol) && ++bad < 5)
+          FAIL_CHECK("c(" << m << ", " << n << ") = " << got << ", host " << ref);
       }
     CHECK(bad == 0);
   }
@@ -260,7 +289,8 @@ TEST_CASE("quantize_rows and gemm_w8a8 run end to end from fp16 activations, bit
     CAPTURE(s.k);
     for (const bool bf16 : {false, true}) {
       CAPTURE(bf16);
-      const int k_pad = (s.k + 15) / 16 * 16;  // the GEMM needs K % 16; quantize the valid part, pad with zeros
+      const int k_pad =
+          (s.k + 15) / 16 * 16;  // the GEMM needs K % 16; quantize the valid part, pad with zeros
       std::vector<std::uint16_t> x(static_cast<std::size_t>(s.m) * s.k);
       std::vector<float> xf(x.size());
       for (std::size_t i = 0; i < x.size(); ++i) {
@@ -282,8 +312,14 @@ TEST_CASE("quantize_rows and gemm_w8a8 run end to end from fp16 activations, bit
       CHECK(cudaMemset(dq.data(), 0, dq.bytes()) == cudaSuccess);
       fc::device_buffer<float> dscale(s.m);
       dscale.fill_bytes(0xFF);
-      fc::quantize_rows_arguments qa{.m = s.m, .k = s.k, .x_type = bf16 ? fc::dtype::bf16 : fc::dtype::f16,
-                                     .x = dx.data(), .ldx = s.k, .q = dq.data(), .ldq = k_pad, .scale = dscale.data()};
+      fc::quantize_rows_arguments qa{.m = s.m,
+                                     .k = s.k,
+                                     .x_type = bf16 ? fc::dtype::bf16 : fc::dtype::f16,
+                                     .x = dx.data(),
+                                     .ldx = s.k,
+                                     .q = dq.data(),
+                                     .ldq = k_pad,
+                                     .scale = dscale.data()};
       const fc::status qs = fc::run(qa);
       REQUIRE_MESSAGE(qs, qs.str());
       REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
@@ -292,13 +328,19 @@ TEST_CASE("quantize_rows and gemm_w8a8 run end to end from fp16 activations, bit
       int bad = 0;
       for (int m = 0; m < s.m; ++m) {
         float amax = 0;
-        for (int k = 0; k < s.k; ++k) amax = std::max(amax, std::fabs(xf[static_cast<std::size_t>(m) * s.k + k]));
+        for (int k = 0; k < s.k; ++k)
+          amax = std::max(amax, std::fabs(xf[static_cast<std::size_t>(m) * s.k + k]));
         const float sc = amax / 127.0f;
         if (sc != scale[m] && ++bad < 5) FAIL_CHECK("scale[" << m << "] = " << scale[m] << ", host " << sc);
         for (int k = 0; k < s.k; ++k) {
-          const int ref = amax > 0 ? std::clamp(static_cast<int>(std::nearbyint(xf[static_cast<std::size_t>(m) * s.k + k] / sc)), -127, 127) : 0;
+          const int ref =
+              amax > 0 ? std::clamp(
+                             static_cast<int>(std::nearbyint(xf[static_cast<std::size_t>(m) * s.k + k] / sc)),
+                             -127, 127)
+                       : 0;
           if (q[static_cast<std::size_t>(m) * k_pad + k] != ref && ++bad < 5)
-            FAIL_CHECK("q(" << m << ", " << k << ") = " << int(q[static_cast<std::size_t>(m) * k_pad + k]) << ", host " << ref);
+            FAIL_CHECK("q(" << m << ", " << k << ") = " << int(q[static_cast<std::size_t>(m) * k_pad + k])
+                            << ", host " << ref);
         }
       }
       CHECK(bad == 0);
@@ -311,9 +353,18 @@ TEST_CASE("quantize_rows and gemm_w8a8 run end to end from fp16 activations, bit
       auto dsw = to_device(sw);
       fc::device_buffer<__half> dc(static_cast<std::size_t>(s.m) * s.n);
       dc.fill_bytes(0xFF);
-      fc::gemm_w8a8_arguments ga{.m = s.m, .n = s.n, .k = k_pad, .a = dq.data(), .lda = k_pad, .b = dw.data(),
-                                 .ldb = k_pad, .scale_a = dscale.data(), .scale_b = dsw.data(), .c = dc.data(),
-                                 .ldc = s.n, .c_type = fc::dtype::f16};
+      fc::gemm_w8a8_arguments ga{.m = s.m,
+                                 .n = s.n,
+                                 .k = k_pad,
+                                 .a = dq.data(),
+                                 .lda = k_pad,
+                                 .b = dw.data(),
+                                 .ldb = k_pad,
+                                 .scale_a = dscale.data(),
+                                 .scale_b = dsw.data(),
+                                 .c = dc.data(),
+                                 .ldc = s.n,
+                                 .c_type = fc::dtype::f16};
       const fc::status gs = fc::run(ga);
       REQUIRE_MESSAGE(gs, gs.str());
       REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
@@ -368,24 +419,36 @@ void check_f16_gemm(shape s, fc::dtype out, bool epilogue, fc::cublaslt_context&
   const std::size_t esz = fc::size_of(out);
   fc::device_buffer<unsigned char> dc(static_cast<std::size_t>(s.m) * s.n * esz);
   dc.fill_bytes(0xFF);
-  fc::gemm_f16_arguments args{.m = s.m, .n = s.n, .k = s.k, .ab_type = ab, .a = da.data(), .lda = s.k,
-                              .b = db.data(), .ldb = s.k, .alpha = epilogue ? 0.5f : 1.0f,
-                              .scale_a = epilogue ? dsa.data() : nullptr, .scale_b = epilogue ? dsb.data() : nullptr,
+  fc::gemm_f16_arguments args{.m = s.m,
+                              .n = s.n,
+                              .k = s.k,
+                              .ab_type = ab,
+                              .a = da.data(),
+                              .lda = s.k,
+                              .b = db.data(),
+                              .ldb = s.k,
+                              .alpha = epilogue ? 0.5f : 1.0f,
+                              .scale_a = epilogue ? dsa.data() : nullptr,
+                              .scale_b = epilogue ? dsb.data() : nullptr,
                               .bias = epilogue ? dbias.data() : nullptr,
-                              .act = epilogue ? fc::activation::gelu : fc::activation::none, .c = dc.data(),
-                              .ldc = s.n, .c_type = out};
+                              .act = epilogue ? fc::activation::gelu : fc::activation::none,
+                              .c = dc.data(),
+                              .ldc = s.n,
+                              .c_type = out};
   const fc::status st = fc::run(args);
   REQUIRE_MESSAGE(st, st.str());
   REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
   const auto c = to_host(dc);
   int bad = 0, poisoned = 0;
-  for (std::size_t i = 0; i < static_cast<std::size_t>(s.m) * s.n; ++i) poisoned += std::isnan(read_out(c, out, i));
+  for (std::size_t i = 0; i < static_cast<std::size_t>(s.m) * s.n; ++i)
+    poisoned += std::isnan(read_out(c, out, i));
   CHECK(poisoned == 0);
   for (int m : sample(s.m, 24))
     for (int n : sample(s.n, 128)) {
       double acc = 0, mag = 0;
       for (int k = 0; k < s.k; ++k) {
-        const double p = static_cast<double>(af[static_cast<std::size_t>(m) * s.k + k]) * bf[static_cast<std::size_t>(n) * s.k + k];
+        const double p = static_cast<double>(af[static_cast<std::size_t>(m) * s.k + k]) *
+                         bf[static_cast<std::size_t>(n) * s.k + k];
         acc += p;
         mag += std::fabs(p);
       }
@@ -394,7 +457,8 @@ void check_f16_gemm(shape s, fc::dtype out, bool epilogue, fc::cublaslt_context&
       const double got = read_out(c, out, static_cast<std::size_t>(m) * s.n + n);
       // fp32 accumulation in another order, then the output rounding.
       const double tol = 2 * rounding(out) * std::fabs(ref) + 0x1p-20 * mag * (epilogue ? 2.0 : 1.0) + 1e-6;
-      if (!(std::fabs(got - ref) <= tol) && ++bad < 5) FAIL_CHECK("c(" << m << ", " << n << ") = " << got << ", host " << ref);
+      if (!(std::fabs(got - ref) <= tol) && ++bad < 5)
+        FAIL_CHECK("c(" << m << ", " << n << ") = " << got << ", host " << ref);
     }
   CHECK(bad == 0);
   if (epilogue) return;
@@ -436,7 +500,8 @@ TEST_CASE("gemm_f16: fp16 and bf16 match the host and cuBLASLt" * FRUGAL_NEEDS_G
 namespace {
 // Weight-only: the reference is float64 on the dequantised weights; the check is the relative error norm.
 template <class T>
-void check_weight_only(shape s, bool int4, int group, bool asym, int split_k, fc::dtype out, fc::cublaslt_context* lt) {
+void check_weight_only(shape s, bool int4, int group, bool asym, int split_k, fc::dtype out,
+                       fc::cublaslt_context* lt) {
   constexpr fc::dtype xt = std::is_same_v<T, __half> ? fc::dtype::f16 : fc::dtype::bf16;
   CAPTURE(s.m);
   CAPTURE(s.n);
@@ -463,12 +528,15 @@ void check_weight_only(shape s, bool int4, int group, bool asym, int split_k, fc
     std::vector<float> sc(s.n);
     for (auto& v : sc) v = test_rng().uniform(1e-3f, 1e-2f);
     for (int n = 0; n < s.n; ++n)
-      for (int k = 0; k < s.k; ++k) wd[static_cast<std::size_t>(n) * s.k + k] = static_cast<float>(w[static_cast<std::size_t>(n) * s.k + k]) * sc[n];
+      for (int k = 0; k < s.k; ++k)
+        wd[static_cast<std::size_t>(n) * s.k + k] =
+            static_cast<float>(w[static_cast<std::size_t>(n) * s.k + k]) * sc[n];
     dw8 = to_device(w);
     dscale8 = to_device(sc);
   } else {
     const int groups = s.k / group;
-    std::vector<std::uint8_t> w(static_cast<std::size_t>(s.n) * s.k / 2), zp(static_cast<std::size_t>(s.n) * groups);
+    std::vector<std::uint8_t> w(static_cast<std::size_t>(s.n) * s.k / 2),
+        zp(static_cast<std::size_t>(s.n) * groups);
     test_rng().fill_u8(w);
     test_rng().fill_u8(zp);
     for (auto& z : zp) z &= 0xF;
@@ -491,19 +559,42 @@ void check_weight_only(shape s, bool int4, int group, bool asym, int split_k, fc
   dc.fill_bytes(0xFF);
   fc::status st;
   if (!int4) {
-    fc::gemm_w8a16_arguments args{.m = s.m, .n = s.n, .k = s.k, .x_type = xt, .x = dx.data(), .ldx = s.k,
-                                  .w = dw8.data(), .ldw = s.k, .scale = dscale8.data(), .bias = dbias.data(),
-                                  .c = dc.data(), .ldc = s.n, .c_type = out, .split_k = split_k};
+    fc::gemm_w8a16_arguments args{.m = s.m,
+                                  .n = s.n,
+                                  .k = s.k,
+                                  .x_type = xt,
+                                  .x = dx.data(),
+                                  .ldx = s.k,
+                                  .w = dw8.data(),
+                                  .ldw = s.k,
+                                  .scale = dscale8.data(),
+                                  .bias = dbias.data(),
+                                  .c = dc.data(),
+                                  .ldc = s.n,
+                                  .c_type = out,
+                                  .split_k = split_k};
     fc::device_buffer<unsigned char> ws(std::max<std::size_t>(fc::get_workspace_size(args), 1));
     args.workspace = ws.data();
     args.workspace_bytes = ws.size();
     st = fc::run(args);
     REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
   } else {
-    fc::gemm_w4a16_arguments args{.m = s.m, .n = s.n, .k = s.k, .x_type = xt, .x = dx.data(), .ldx = s.k,
-                                  .w = dw4.data(), .ldw = s.k / 2, .group_size = group, .scale = dscale4.data(),
-                                  .zero_point = asym ? dzp.data() : nullptr, .bias = dbias.data(), .c = dc.data(),
-                                  .ldc = s.n, .c_type = out, .split_k = split_k};
+    fc::gemm_w4a16_arguments args{.m = s.m,
+                                  .n = s.n,
+                                  .k = s.k,
+                                  .x_type = xt,
+                                  .x = dx.data(),
+                                  .ldx = s.k,
+                                  .w = dw4.data(),
+                                  .ldw = s.k / 2,
+                                  .group_size = group,
+                                  .scale = dscale4.data(),
+                                  .zero_point = asym ? dzp.data() : nullptr,
+                                  .bias = dbias.data(),
+                                  .c = dc.data(),
+                                  .ldc = s.n,
+                                  .c_type = out,
+                                  .split_k = split_k};
     fc::device_buffer<unsigned char> ws(std::max<std::size_t>(fc::get_workspace_size(args), 1));
     args.workspace = ws.data();
     args.workspace_bytes = ws.size();
@@ -513,13 +604,16 @@ void check_weight_only(shape s, bool int4, int group, bool asym, int split_k, fc
   REQUIRE_MESSAGE(st, st.str());
   const auto c = to_host(dc);
   int poisoned = 0;
-  for (std::size_t i = 0; i < static_cast<std::size_t>(s.m) * s.n; ++i) poisoned += std::isnan(read_out(c, out, i));
+  for (std::size_t i = 0; i < static_cast<std::size_t>(s.m) * s.n; ++i)
+    poisoned += std::isnan(read_out(c, out, i));
   CHECK(poisoned == 0);
   double num = 0, den = 0;
   for (int m : sample(s.m, 16))
     for (int n : sample(s.n, 512)) {
       double ref = bias[n];
-      for (int k = 0; k < s.k; ++k) ref += static_cast<double>(xf[static_cast<std::size_t>(m) * s.k + k]) * wd[static_cast<std::size_t>(n) * s.k + k];
+      for (int k = 0; k < s.k; ++k)
+        ref += static_cast<double>(xf[static_cast<std::size_t>(m) * s.k + k]) *
+               wd[static_cast<std::size_t>(n) * s.k + k];
       const double d = read_out(c, out, static_cast<std::size_t>(m) * s.n + n) - ref;
       num += d * d;
       den += ref * ref;
@@ -527,13 +621,23 @@ void check_weight_only(shape s, bool int4, int group, bool asym, int split_k, fc
   const double rel = std::sqrt(num / den);
   CHECK(rel < 1e-2);
   if (lt == nullptr || !std::is_same_v<T, __half>) return;
-  // cuBLASLt fp16 on the same weights dequantised to fp16 (its own inputs, so the relative error is compared).
+  // cuBLASLt fp16 on the same weights dequantised to fp16 (its own inputs, so the relative error is
+  // compared).
   std::vector<__half> wh(wd.size());
   for (std::size_t i = 0; i < wd.size(); ++i) wh[i] = __float2half_rn(static_cast<float>(wd[i]));
   auto dwh = to_device(wh);
   fc::device_buffer<float> dl(static_cast<std::size_t>(s.m) * s.n);
-  fc::gemm_f16_arguments la{.m = s.m, .n = s.n, .k = s.k, .ab_type = fc::dtype::f16, .a = dx.data(), .lda = s.k,
-                            .b = dwh.data(), .ldb = s.k, .c = dl.data(), .ldc = s.n, .c_type = fc::dtype::f32};
+  fc::gemm_f16_arguments la{.m = s.m,
+                            .n = s.n,
+                            .k = s.k,
+                            .ab_type = fc::dtype::f16,
+                            .a = dx.data(),
+                            .lda = s.k,
+                            .b = dwh.data(),
+                            .ldb = s.k,
+                            .c = dl.data(),
+                            .ldc = s.n,
+                            .c_type = fc::dtype::f32};
   fc::cublaslt_gemm_f16 base;
   if (auto is = base.initialize(*lt, la); !is) {
     MESSAGE("cuBLASLt declines: " << is.str());
@@ -591,8 +695,17 @@ TEST_CASE("dispatcher: both backends give the same W8A8 result and are counted" 
   fc::device_buffer<float> c1(static_cast<std::size_t>(s.m) * s.n), c2(c1.size());
   c1.fill_bytes(0xFF);
   c2.fill_bytes(0xFF);
-  fc::gemm_w8a8_arguments args{.m = s.m, .n = s.n, .k = s.k, .a = da.data(), .lda = s.k, .b = db.data(), .ldb = s.k,
-                               .scale_a = dsa.data(), .scale_b = dsb.data(), .c = c1.data(), .ldc = s.n,
+  fc::gemm_w8a8_arguments args{.m = s.m,
+                               .n = s.n,
+                               .k = s.k,
+                               .a = da.data(),
+                               .lda = s.k,
+                               .b = db.data(),
+                               .ldb = s.k,
+                               .scale_a = dsa.data(),
+                               .scale_b = dsb.data(),
+                               .c = c1.data(),
+                               .ldc = s.n,
                                .c_type = fc::dtype::f32};
   fc::dispatcher ours({.force = fc::backend::frugal}), vendor({.force = fc::backend::cublaslt});
   REQUIRE(ours.run(args).str() == "success");
@@ -611,8 +724,16 @@ TEST_CASE("run: unsupported problems are statuses on a real device, never launch
   MESSAGE("device sm_" << dev.cc_major << dev.cc_minor << ", " << dev.sm_count << " SMs");
   fc::device_buffer<std::int8_t> a(64 * 64);
   fc::device_buffer<float> c(64 * 64);
-  fc::gemm_w8a8_arguments args{.m = 64, .n = 64, .k = 40, .a = a.data(), .lda = 64, .b = a.data(), .ldb = 64,
-                               .c = c.data(), .ldc = 64, .c_type = fc::dtype::s32};
+  fc::gemm_w8a8_arguments args{.m = 64,
+                               .n = 64,
+                               .k = 40,
+                               .a = a.data(),
+                               .lda = 64,
+                               .b = a.data(),
+                               .ldb = 64,
+                               .c = c.data(),
+                               .ldc = 64,
+                               .c_type = fc::dtype::s32};
   CHECK(fc::run(args).code == fc::status_code::invalid_k);
   args.k = 64;
   args.a = a.data() + 4;

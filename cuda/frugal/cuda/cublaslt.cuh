@@ -1,8 +1,9 @@
 #pragma once
 
-// cuBLASLt baselines, timed against our kernels in the same binary: the fp16/bf16 GEMM, and W8A8 as cuBLASLt's
-// int8 GEMM with int32 output followed by a separate dequant kernel (cuBLASLt supports no epilogue for int8).
-// Descriptors and the heuristic's algorithm are chosen once per shape in initialize(); run() only launches.
+// cuBLASLt baselines, timed against our kernels in the same binary: the fp16/bf16 GEMM, and W8A8 as
+// cuBLASLt's int8 GEMM with int32 output followed by a separate dequant kernel (cuBLASLt supports no epilogue
+// for int8). Descriptors and the heuristic's algorithm are chosen once per shape in initialize(); run() only
+// launches.
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
@@ -28,11 +29,16 @@ inline status cublas_status(cublasStatus_t s, const char* what) {
 
 inline cudaDataType_t to_cuda_type(dtype t) {
   switch (t) {
-    case dtype::f32: return CUDA_R_32F;
-    case dtype::f16: return CUDA_R_16F;
-    case dtype::bf16: return CUDA_R_16BF;
-    case dtype::s8: return CUDA_R_8I;
-    case dtype::s32: return CUDA_R_32I;
+    case dtype::f32:
+      return CUDA_R_32F;
+    case dtype::f16:
+      return CUDA_R_16F;
+    case dtype::bf16:
+      return CUDA_R_16BF;
+    case dtype::s8:
+      return CUDA_R_8I;
+    case dtype::s32:
+      return CUDA_R_32I;
   }
   return CUDA_R_32F;
 }
@@ -40,8 +46,8 @@ inline cudaDataType_t to_cuda_type(dtype t) {
 // The separate dequant pass of the baseline: reads the int32 product and writes the same epilogue ours fuses.
 // A template so that the header can be included by several translation units.
 template <int = 0>
-__global__ void __launch_bounds__(256) dequant_s32_epilogue(const std::int32_t* acc, int ld_acc, int m, int n,
-                                                             kernel::epilogue_params ep) {
+__global__ void __launch_bounds__(256)
+    dequant_s32_epilogue(const std::int32_t* acc, int ld_acc, int m, int n, kernel::epilogue_params ep) {
   const int pairs = (n + 1) / 2;
   const std::size_t total = static_cast<std::size_t>(m) * pairs;
   for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < total;
@@ -88,7 +94,8 @@ class cublaslt_context {
 };
 
 namespace detail {
-// One cuBLASLt matmul: D (N×M column-major, i.e. our M×N row-major C) = op_T(B) · A, the "TN" layout int8 needs.
+// One cuBLASLt matmul: D (N×M column-major, i.e. our M×N row-major C) = op_T(B) · A, the "TN" layout int8
+// needs.
 class lt_matmul {
  public:
   lt_matmul() = default;
@@ -96,33 +103,41 @@ class lt_matmul {
   lt_matmul& operator=(const lt_matmul&) = delete;
   ~lt_matmul() { release(); }
 
-  status initialize(const cublaslt_context& ctx, int m, int n, int k, dtype ab, int lda, int ldb, dtype c, int ldc,
-                    cublasComputeType_t compute, cudaDataType_t scale) {
+  status initialize(const cublaslt_context& ctx, int m, int n, int k, dtype ab, int lda, int ldb, dtype c,
+                    int ldc, cublasComputeType_t compute, cudaDataType_t scale) {
     release();
     ctx_ = &ctx;
-    if (auto s = cublas_status(cublasLtMatmulDescCreate(&desc_, compute, scale), "cublasLtMatmulDescCreate"); !s)
+    if (auto s = cublas_status(cublasLtMatmulDescCreate(&desc_, compute, scale), "cublasLtMatmulDescCreate");
+        !s)
       return s;
     const cublasOperation_t t = CUBLAS_OP_T, nt = CUBLAS_OP_N;
-    if (auto s = cublas_status(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_TRANSA, &t, sizeof t),
-                               "set TRANSA");
+    if (auto s = cublas_status(
+            cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_TRANSA, &t, sizeof t), "set TRANSA");
         !s)
       return s;
-    if (auto s = cublas_status(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_TRANSB, &nt, sizeof nt),
-                               "set TRANSB");
+    if (auto s = cublas_status(
+            cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_TRANSB, &nt, sizeof nt), "set TRANSB");
         !s)
       return s;
-    if (auto s = cublas_status(cublasLtMatrixLayoutCreate(&la_, to_cuda_type(ab), k, n, ldb), "layout A"); !s) return s;
-    if (auto s = cublas_status(cublasLtMatrixLayoutCreate(&lb_, to_cuda_type(ab), k, m, lda), "layout B"); !s) return s;
-    if (auto s = cublas_status(cublasLtMatrixLayoutCreate(&lc_, to_cuda_type(c), n, m, ldc), "layout C"); !s) return s;
+    if (auto s = cublas_status(cublasLtMatrixLayoutCreate(&la_, to_cuda_type(ab), k, n, ldb), "layout A"); !s)
+      return s;
+    if (auto s = cublas_status(cublasLtMatrixLayoutCreate(&lb_, to_cuda_type(ab), k, m, lda), "layout B"); !s)
+      return s;
+    if (auto s = cublas_status(cublasLtMatrixLayoutCreate(&lc_, to_cuda_type(c), n, m, ldc), "layout C"); !s)
+      return s;
     cublasLtMatmulPreference_t pref = nullptr;
-    if (auto s = cublas_status(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate"); !s) return s;
+    if (auto s = cublas_status(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate"); !s)
+      return s;
     std::size_t ws = ctx.workspace_bytes();
-    (void)cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+    (void)cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+                                               sizeof ws);
     int found = 0;
-    cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(ctx.handle(), desc_, la_, lb_, lc_, lc_, pref, 1, &algo_, &found);
+    cublasStatus_t hs =
+        cublasLtMatmulAlgoGetHeuristic(ctx.handle(), desc_, la_, lb_, lc_, lc_, pref, 1, &algo_, &found);
     (void)cublasLtMatmulPreferenceDestroy(pref);
     if (auto s = cublas_status(hs, "cublasLtMatmulAlgoGetHeuristic"); !s) return s;
-    if (found == 0) return make_status(status_code::cublas_error, "cuBLASLt found no algorithm for this shape");
+    if (found == 0)
+      return make_status(status_code::cublas_error, "cuBLASLt found no algorithm for this shape");
     return status::ok();
   }
 
@@ -158,17 +173,21 @@ class cublaslt_gemm_f16 {
     if (a.ab_type != dtype::f16 && a.ab_type != dtype::bf16)
       return make_status(status_code::unsupported_type, "cublaslt_gemm_f16: input must be f16 or bf16");
     if (a.c_type != a.ab_type && a.c_type != dtype::f32)
-      return make_status(status_code::unsupported_type, "cublaslt_gemm_f16: output must be f32 or the input type");
+      return make_status(status_code::unsupported_type,
+                         "cublaslt_gemm_f16: output must be f32 or the input type");
     if (a.scale_a || a.scale_b || a.bias || a.act != activation::none)
       return make_status(status_code::unsupported_type, "cublaslt_gemm_f16: the baseline runs no epilogue");
-    if (a.m <= 0 || a.n <= 0 || a.k <= 0) return make_status(status_code::invalid_problem, "cublaslt_gemm_f16: M, N, K > 0");
-    if (!a.a || !a.b || !a.c) return make_status(status_code::invalid_pointer, "cublaslt_gemm_f16: null operand");
+    if (a.m <= 0 || a.n <= 0 || a.k <= 0)
+      return make_status(status_code::invalid_problem, "cublaslt_gemm_f16: M, N, K > 0");
+    if (!a.a || !a.b || !a.c)
+      return make_status(status_code::invalid_pointer, "cublaslt_gemm_f16: null operand");
     return status::ok();
   }
   /// @brief Chooses the algorithm for the shape and types of `a`.
   status initialize(const cublaslt_context& ctx, const gemm_f16_arguments& a) {
     if (auto s = can_implement(a); !s) return s;
-    return mm_.initialize(ctx, a.m, a.n, a.k, a.ab_type, a.lda, a.ldb, a.c_type, a.ldc, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+    return mm_.initialize(ctx, a.m, a.n, a.k, a.ab_type, a.lda, a.ldb, a.c_type, a.ldc, CUBLAS_COMPUTE_32F,
+                          CUDA_R_32F);
   }
   /// @brief Runs on the pointers of `a`, which must have the shape given to initialize().
   status run(const gemm_f16_arguments& a, cudaStream_t stream = nullptr) const {
@@ -184,10 +203,13 @@ class cublaslt_gemm_w8a8 {
  public:
   /// @brief cuBLASLt's int8 path needs K, lda, ldb multiples of 4 (our own need 16 already).
   static status can_implement(const gemm_w8a8_arguments& a) {
-    if (a.m <= 0 || a.n <= 0 || a.k <= 0) return make_status(status_code::invalid_problem, "cublaslt_gemm_w8a8: M, N, K > 0");
-    if (!a.a || !a.b || !a.c) return make_status(status_code::invalid_pointer, "cublaslt_gemm_w8a8: null operand");
+    if (a.m <= 0 || a.n <= 0 || a.k <= 0)
+      return make_status(status_code::invalid_problem, "cublaslt_gemm_w8a8: M, N, K > 0");
+    if (!a.a || !a.b || !a.c)
+      return make_status(status_code::invalid_pointer, "cublaslt_gemm_w8a8: null operand");
     if (a.k % 4 || a.lda % 4 || a.ldb % 4)
-      return make_status(status_code::misaligned_operand, "cublaslt_gemm_w8a8: K, lda and ldb must be multiples of 4");
+      return make_status(status_code::misaligned_operand,
+                         "cublaslt_gemm_w8a8: K, lda and ldb must be multiples of 4");
     if (a.c_type != dtype::s32 && (!a.scale_a || !a.scale_b))
       return make_status(status_code::invalid_pointer, "cublaslt_gemm_w8a8: scales are null");
     return status::ok();
@@ -203,8 +225,8 @@ class cublaslt_gemm_w8a8 {
     } catch (const std::exception& e) {
       return make_status(status_code::cuda_error, e.what());
     }
-    return mm_.initialize(ctx, a.m, a.n, a.k, dtype::s8, a.lda, a.ldb, dtype::s32, ld_acc_, CUBLAS_COMPUTE_32I,
-                          CUDA_R_32I);
+    return mm_.initialize(ctx, a.m, a.n, a.k, dtype::s8, a.lda, a.ldb, dtype::s32, ld_acc_,
+                          CUBLAS_COMPUTE_32I, CUDA_R_32I);
   }
   /// @brief The int8 GEMM alone (int32 into the scratch), for timing it apart from the dequant.
   status run_gemm(const gemm_w8a8_arguments& a, cudaStream_t stream = nullptr) {

@@ -1,7 +1,7 @@
 #pragma once
 
-// Picks our kernel or cuBLASLt per call. The default table is in choose(); it encodes the measured crossovers in
-// benchmarks/RESULTS.md (section cuda) and is provisional until those measurements exist there.
+// Picks our kernel or cuBLASLt per call. The default table is in choose(); it encodes the measured crossovers
+// in benchmarks/RESULTS.md (section cuda) and is provisional until those measurements exist there.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -23,9 +23,12 @@ enum class backend { automatic, frugal, cublaslt };
 
 inline const char* to_string(backend b) noexcept {
   switch (b) {
-    case backend::automatic: return "automatic";
-    case backend::frugal: return "frugal";
-    case backend::cublaslt: return "cublaslt";
+    case backend::automatic:
+      return "automatic";
+    case backend::frugal:
+      return "frugal";
+    case backend::cublaslt:
+      return "cublaslt";
   }
   return "?";
 }
@@ -37,7 +40,8 @@ struct dispatch_choice {
 };
 
 /// @brief The W8A8 choice: a forced backend wins when it can run the problem.
-inline dispatch_choice choose(const gemm_w8a8_arguments& a, const device_info& dev, backend force = backend::automatic) {
+inline dispatch_choice choose(const gemm_w8a8_arguments& a, const device_info& dev,
+                              backend force = backend::automatic) {
   const bool lt_ok = static_cast<bool>(cublaslt_gemm_w8a8::can_implement(a));
   if (force == backend::frugal) return {backend::frugal, "forced"};
   if (force == backend::cublaslt) {
@@ -52,7 +56,8 @@ inline dispatch_choice choose(const gemm_w8a8_arguments& a, const device_info& d
 }
 
 /// @brief The fp16/bf16 choice.
-inline dispatch_choice choose(const gemm_f16_arguments& a, const device_info& dev, backend force = backend::automatic) {
+inline dispatch_choice choose(const gemm_f16_arguments& a, const device_info& dev,
+                              backend force = backend::automatic) {
   const bool lt_ok = static_cast<bool>(cublaslt_gemm_f16::can_implement(a));
   if (force == backend::frugal) return {backend::frugal, "forced"};
   if (force == backend::cublaslt) {
@@ -90,8 +95,12 @@ class dispatcher {
     return status::ok();
   }
 
-  status run(const gemm_w8a8_arguments& a, cudaStream_t stream = nullptr) { return run_impl(a, w8a8_plans_, stream); }
-  status run(const gemm_f16_arguments& a, cudaStream_t stream = nullptr) { return run_impl(a, f16_plans_, stream); }
+  status run(const gemm_w8a8_arguments& a, cudaStream_t stream = nullptr) {
+    return run_impl(a, w8a8_plans_, stream);
+  }
+  status run(const gemm_f16_arguments& a, cudaStream_t stream = nullptr) {
+    return run_impl(a, f16_plans_, stream);
+  }
 
   stats_snapshot stats() const {
     std::lock_guard lock(mutex_);
@@ -107,7 +116,8 @@ class dispatcher {
     return {a.m, a.n, a.k, a.lda, a.ldb, a.ldc, static_cast<int>(a.c_type), static_cast<int>(a.ab_type)};
   }
   template <class Args>
-  using plan_of = std::conditional_t<std::is_same_v<Args, gemm_w8a8_arguments>, cublaslt_gemm_w8a8, cublaslt_gemm_f16>;
+  using plan_of =
+      std::conditional_t<std::is_same_v<Args, gemm_w8a8_arguments>, cublaslt_gemm_w8a8, cublaslt_gemm_f16>;
 
   template <class Args, class Map>
   status run_impl(const Args& a, Map& plans, cudaStream_t stream) {

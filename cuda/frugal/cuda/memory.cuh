@@ -14,7 +14,8 @@ namespace cuda {
 
 namespace detail {
 inline void throw_on_cuda_error(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw std::runtime_error(std::string("frugal::cuda: ") + what + ": " + cudaGetErrorString(e));
+  if (e != cudaSuccess)
+    throw std::runtime_error(std::string("frugal::cuda: ") + what + ": " + cudaGetErrorString(e));
 }
 }  // namespace detail
 
@@ -27,7 +28,8 @@ class device_buffer {
   explicit device_buffer(std::size_t n) : size_(n) {
     if (n != 0) detail::throw_on_cuda_error(cudaMalloc(&data_, n * sizeof(T)), "device_buffer: cudaMalloc");
   }
-  device_buffer(device_buffer&& o) noexcept : data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)) {}
+  device_buffer(device_buffer&& o) noexcept
+      : data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)) {}
   device_buffer& operator=(device_buffer&& o) noexcept {
     if (this != &o) {
       release();
@@ -73,7 +75,9 @@ class device_buffer {
 /// @brief An owned non-blocking stream, destroyed (after synchronising) with the guard.
 class stream_guard {
  public:
-  stream_guard() { detail::throw_on_cuda_error(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking), "cudaStreamCreate"); }
+  stream_guard() {
+    detail::throw_on_cuda_error(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking), "cudaStreamCreate");
+  }
   stream_guard(const stream_guard&) = delete;
   stream_guard& operator=(const stream_guard&) = delete;
   ~stream_guard() {

@@ -27,17 +27,28 @@ enum class status_code {
 /// @brief The name of a status code, e.g. "misaligned_operand".
 inline const char* to_string(status_code c) noexcept {
   switch (c) {
-    case status_code::success: return "success";
-    case status_code::invalid_problem: return "invalid_problem";
-    case status_code::invalid_pointer: return "invalid_pointer";
-    case status_code::misaligned_operand: return "misaligned_operand";
-    case status_code::invalid_k: return "invalid_k";
-    case status_code::unsupported_group: return "unsupported_group";
-    case status_code::unsupported_type: return "unsupported_type";
-    case status_code::unsupported_arch: return "unsupported_arch";
-    case status_code::workspace_too_small: return "workspace_too_small";
-    case status_code::cuda_error: return "cuda_error";
-    case status_code::cublas_error: return "cublas_error";
+    case status_code::success:
+      return "success";
+    case status_code::invalid_problem:
+      return "invalid_problem";
+    case status_code::invalid_pointer:
+      return "invalid_pointer";
+    case status_code::misaligned_operand:
+      return "misaligned_operand";
+    case status_code::invalid_k:
+      return "invalid_k";
+    case status_code::unsupported_group:
+      return "unsupported_group";
+    case status_code::unsupported_type:
+      return "unsupported_type";
+    case status_code::unsupported_arch:
+      return "unsupported_arch";
+    case status_code::workspace_too_small:
+      return "workspace_too_small";
+    case status_code::cuda_error:
+      return "cuda_error";
+    case status_code::cublas_error:
+      return "cublas_error";
   }
   return "unknown";
 }
@@ -50,7 +61,9 @@ struct status {
   static status ok() { return {}; }
   explicit operator bool() const noexcept { return code == status_code::success; }
   /// @brief "code: message", for logs and test failures.
-  std::string str() const { return message.empty() ? to_string(code) : std::string(to_string(code)) + ": " + message; }
+  std::string str() const {
+    return message.empty() ? to_string(code) : std::string(to_string(code)) + ": " + message;
+  }
 };
 
 inline status make_status(status_code code, std::string message) { return {code, std::move(message)}; }

@@ -17,22 +17,32 @@ enum class dtype { f32, f16, bf16, s8, s32 };
 
 inline const char* to_string(dtype t) noexcept {
   switch (t) {
-    case dtype::f32: return "f32";
-    case dtype::f16: return "f16";
-    case dtype::bf16: return "bf16";
-    case dtype::s8: return "s8";
-    case dtype::s32: return "s32";
+    case dtype::f32:
+      return "f32";
+    case dtype::f16:
+      return "f16";
+    case dtype::bf16:
+      return "bf16";
+    case dtype::s8:
+      return "s8";
+    case dtype::s32:
+      return "s32";
   }
   return "?";
 }
 
 inline std::size_t size_of(dtype t) noexcept {
   switch (t) {
-    case dtype::f32: return 4;
-    case dtype::f16: return 2;
-    case dtype::bf16: return 2;
-    case dtype::s8: return 1;
-    case dtype::s32: return 4;
+    case dtype::f32:
+      return 4;
+    case dtype::f16:
+      return 2;
+    case dtype::bf16:
+      return 2;
+    case dtype::s8:
+      return 1;
+    case dtype::s32:
+      return 4;
   }
   return 0;
 }
@@ -40,28 +50,29 @@ inline std::size_t size_of(dtype t) noexcept {
 /// @brief The activation applied after scale and bias; gelu is the tanh approximation.
 enum class activation { none, relu, gelu };
 
-/// @brief W8A8: C = act((acc - zero_a[m]*colsum_b[n]) * scale_a[m] * scale_b[n] + bias[n]), acc = sum_k A[m][k]*B[n][k]
-/// exact in int32. A is M×K row-major int8 (activations), B is N×K row-major int8 (weights, K-major). With
-/// `c_type == dtype::s32` the raw int32 accumulators are written and the epilogue fields are ignored.
+/// @brief W8A8: C = act((acc - zero_a[m]*colsum_b[n]) * scale_a[m] * scale_b[n] + bias[n]), acc = sum_k
+/// A[m][k]*B[n][k] exact in int32. A is M×K row-major int8 (activations), B is N×K row-major int8 (weights,
+/// K-major). With `c_type == dtype::s32` the raw int32 accumulators are written and the epilogue fields are
+/// ignored.
 struct gemm_w8a8_arguments {
   int m = 0, n = 0, k = 0;
   const std::int8_t* a = nullptr;
   int lda = 0;  ///< elements; multiple of 16
   const std::int8_t* b = nullptr;
-  int ldb = 0;                          ///< elements; multiple of 16
-  const float* scale_a = nullptr;       ///< [M] per-token scales
-  const float* scale_b = nullptr;       ///< [N] per-channel scales
-  const std::int32_t* zero_a = nullptr;  ///< optional [M] activation zero points (asymmetric A)
+  int ldb = 0;                             ///< elements; multiple of 16
+  const float* scale_a = nullptr;          ///< [M] per-token scales
+  const float* scale_b = nullptr;          ///< [N] per-channel scales
+  const std::int32_t* zero_a = nullptr;    ///< optional [M] activation zero points (asymmetric A)
   const std::int32_t* colsum_b = nullptr;  ///< [N] sum_k B[n][k]; required with zero_a
-  const float* bias = nullptr;          ///< optional [N]
+  const float* bias = nullptr;             ///< optional [N]
   activation act = activation::none;
   void* c = nullptr;
-  int ldc = 0;  ///< elements
+  int ldc = 0;                ///< elements
   dtype c_type = dtype::f16;  ///< f32, f16, bf16 or s32
 };
 
-/// @brief fp16/bf16 GEMM with fp32 accumulation: C = act(alpha * acc * scale_a[m] * scale_b[n] + bias[n]); every
-/// scale and the bias are optional (null means 1 or 0). A is M×K row-major, B is N×K row-major.
+/// @brief fp16/bf16 GEMM with fp32 accumulation: C = act(alpha * acc * scale_a[m] * scale_b[n] + bias[n]);
+/// every scale and the bias are optional (null means 1 or 0). A is M×K row-major, B is N×K row-major.
 struct gemm_f16_arguments {
   int m = 0, n = 0, k = 0;
   dtype ab_type = dtype::f16;  ///< f16 or bf16, for both A and B
@@ -79,15 +90,15 @@ struct gemm_f16_arguments {
   dtype c_type = dtype::f16;  ///< f32, f16 or bf16
 };
 
-/// @brief W8A16 weight-only: C = act(sum_k X[m][k] * W[n][k] * scale[n] + bias[n]). X is M×K fp16/bf16 row-major;
-/// W is N×K int8 row-major with symmetric per-channel float scales. Tuned for M = 1..16.
+/// @brief W8A16 weight-only: C = act(sum_k X[m][k] * W[n][k] * scale[n] + bias[n]). X is M×K fp16/bf16
+/// row-major; W is N×K int8 row-major with symmetric per-channel float scales. Tuned for M = 1..16.
 struct gemm_w8a16_arguments {
   int m = 0, n = 0, k = 0;
   dtype x_type = dtype::f16;  ///< f16 or bf16
   const void* x = nullptr;
   int ldx = 0;  ///< elements; multiple of 8
   const std::int8_t* w = nullptr;
-  int ldw = 0;                  ///< elements (bytes); multiple of 16
+  int ldw = 0;                   ///< elements (bytes); multiple of 16
   const float* scale = nullptr;  ///< [N]
   const float* bias = nullptr;   ///< optional [N]
   activation act = activation::none;
@@ -99,17 +110,17 @@ struct gemm_w8a16_arguments {
   std::size_t workspace_bytes = 0;
 };
 
-/// @brief W4A16 weight-only, groupwise: C = act(sum_k X[m][k] * (q[n][k] - zp[n][g]) * scale[n][g] + bias[n]),
-/// g = k / group_size. W is N rows of K/2 bytes: byte j holds k = 2j in its low nibble and k = 2j+1 in its high
-/// nibble; symmetric weights are two's-complement -8..7 (zero_point null), asymmetric ones 0..15 with a uint8
-/// zero point per group. Scales are fp16, N×(K/G) row-major; zero points have the same shape.
+/// @brief W4A16 weight-only, groupwise: C = act(sum_k X[m][k] * (q[n][k] - zp[n][g]) * scale[n][g] +
+/// bias[n]), g = k / group_size. W is N rows of K/2 bytes: byte j holds k = 2j in its low nibble and k = 2j+1
+/// in its high nibble; symmetric weights are two's-complement -8..7 (zero_point null), asymmetric ones 0..15
+/// with a uint8 zero point per group. Scales are fp16, N×(K/G) row-major; zero points have the same shape.
 struct gemm_w4a16_arguments {
   int m = 0, n = 0, k = 0;
   dtype x_type = dtype::f16;  ///< f16 or bf16
   const void* x = nullptr;
   int ldx = 0;  ///< elements; multiple of 8
   const std::uint8_t* w = nullptr;
-  int ldw = 0;  ///< bytes per packed row (>= K/2); multiple of 16
+  int ldw = 0;           ///< bytes per packed row (>= K/2); multiple of 16
   int group_size = 128;  ///< 32, 64 or 128; K must be a multiple of it
   const __half* scale = nullptr;
   const std::uint8_t* zero_point = nullptr;  ///< optional: asymmetric weights
@@ -131,7 +142,7 @@ struct quantize_rows_arguments {
   const void* x = nullptr;
   int ldx = 0;  ///< elements; multiple of 8
   std::int8_t* q = nullptr;
-  int ldq = 0;  ///< elements; multiple of 16
+  int ldq = 0;             ///< elements; multiple of 16
   float* scale = nullptr;  ///< [M]
 };
 

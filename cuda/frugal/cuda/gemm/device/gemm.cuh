@@ -1,7 +1,7 @@
 #pragma once
 
-// Host side of every GEMM: can_implement() names precisely why a problem cannot run; run() launches and checks
-// every CUDA call, never aborting. The functions are overloaded on the arguments struct.
+// Host side of every GEMM: can_implement() names precisely why a problem cannot run; run() launches and
+// checks every CUDA call, never aborting. The functions are overloaded on the arguments struct.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -37,7 +37,9 @@ inline status query_device(device_info& info) {
 
 namespace detail {
 
-inline bool aligned(const void* p, std::size_t bytes) { return reinterpret_cast<std::uintptr_t>(p) % bytes == 0; }
+inline bool aligned(const void* p, std::size_t bytes) {
+  return reinterpret_cast<std::uintptr_t>(p) % bytes == 0;
+}
 
 inline status fail(status_code c, const char* op, const std::string& what) {
   return make_status(c, std::string("frugal::cuda::") + op + ": " + what);
@@ -70,7 +72,8 @@ inline status check_operand(const char* op, const char* name, const void* p, int
     return fail(status_code::misaligned_operand, op,
                 std::string("ld") + name + " (" + std::to_string(ld) + ") must be a multiple of " +
                     std::to_string(mult));
-  if (!aligned(p, 16)) return fail(status_code::misaligned_operand, op, std::string(name) + " must be 16-byte aligned");
+  if (!aligned(p, 16))
+    return fail(status_code::misaligned_operand, op, std::string(name) + " must be 16-byte aligned");
   return status::ok();
 }
 
@@ -80,11 +83,14 @@ inline status check_output(const char* op, const void* c, int ldc, int n, dtype 
     return fail(status_code::invalid_problem, op,
                 "ldc (" + std::to_string(ldc) + ") is smaller than N (" + std::to_string(n) + ")");
   if (!aligned(c, size_of(t)))
-    return fail(status_code::misaligned_operand, op, std::string("c is not aligned to its element type ") + to_string(t));
+    return fail(status_code::misaligned_operand, op,
+                std::string("c is not aligned to its element type ") + to_string(t));
   return status::ok();
 }
 
-inline bool pair_store_ok(const void* c, int ldc, dtype t) { return ldc % 2 == 0 && aligned(c, 2 * size_of(t)); }
+inline bool pair_store_ok(const void* c, int ldc, dtype t) {
+  return ldc % 2 == 0 && aligned(c, 2 * size_of(t));
+}
 
 inline status check_launch_image(const char* op, const void* kernel) {
   cudaFuncAttributes attr{};
@@ -210,7 +216,9 @@ inline std::size_t get_workspace_size(const Args& a, const device_info& dev) {
 inline status can_implement(const gemm_w8a16_arguments& a, const device_info& dev) {
   constexpr const char* op = "gemm_w8a16";
   if (auto s = detail::check_weight_only_common(op, a); !s) return s;
-  if (a.k % 16 != 0) return detail::fail(status_code::invalid_k, op, "K (" + std::to_string(a.k) + ") must be a multiple of 16");
+  if (a.k % 16 != 0)
+    return detail::fail(status_code::invalid_k, op,
+                        "K (" + std::to_string(a.k) + ") must be a multiple of 16");
   if (auto s = detail::check_operand(op, "x", a.x, a.ldx, a.k, 8); !s) return s;
   if (auto s = detail::check_operand(op, "w", a.w, a.ldw, a.k, 16); !s) return s;
   if (a.scale == nullptr) return detail::fail(status_code::invalid_pointer, op, "scale is null");
@@ -257,11 +265,14 @@ inline status can_implement(const quantize_rows_arguments& a, const device_info&
   if (a.m <= 0 || a.k <= 0)
     return detail::fail(status_code::invalid_problem, op,
                         "M and K must be > 0 (got " + std::to_string(a.m) + ", " + std::to_string(a.k) + ")");
-  if (a.k % 8 != 0) return detail::fail(status_code::invalid_k, op, "K (" + std::to_string(a.k) + ") must be a multiple of 8");
+  if (a.k % 8 != 0)
+    return detail::fail(status_code::invalid_k, op,
+                        "K (" + std::to_string(a.k) + ") must be a multiple of 8");
   if (auto s = detail::check_operand(op, "x", a.x, a.ldx, a.k, 8); !s) return s;
   if (a.q == nullptr) return detail::fail(status_code::invalid_pointer, op, "q is null");
   if (a.ldq < a.k || a.ldq % 8 != 0 || !detail::aligned(a.q, 8))
-    return detail::fail(status_code::misaligned_operand, op, "q must be 8-byte aligned with ldq >= K and a multiple of 8");
+    return detail::fail(status_code::misaligned_operand, op,
+                        "q must be 8-byte aligned with ldq >= K and a multiple of 8");
   if (a.scale == nullptr) return detail::fail(status_code::invalid_pointer, op, "scale is null");
   return detail::check_arch(op, dev);
 }
@@ -308,10 +319,12 @@ inline status run(const gemm_w8a8_arguments& a, cudaStream_t stream = nullptr) {
           .pair_store = detail::pair_store_ok(a.c, a.ldc, a.c_type)};
   if (detail::use_small_tile(a.m, a.n, dev)) {
     using C = kernel::tile_small;
-    return detail::launch_tn<C>("gemm_s8s8_s32_tensorop_sm80<32x64>", kernel::gemm_s8s8_s32_tensorop_sm80<C>, p, stream);
+    return detail::launch_tn<C>("gemm_s8s8_s32_tensorop_sm80<32x64>", kernel::gemm_s8s8_s32_tensorop_sm80<C>,
+                                p, stream);
   }
   using C = kernel::tile_large;
-  return detail::launch_tn<C>("gemm_s8s8_s32_tensorop_sm80<128x128>", kernel::gemm_s8s8_s32_tensorop_sm80<C>, p, stream);
+  return detail::launch_tn<C>("gemm_s8s8_s32_tensorop_sm80<128x128>", kernel::gemm_s8s8_s32_tensorop_sm80<C>,
+                              p, stream);
 }
 
 /// @brief Runs the fp16/bf16 GEMM with the fused epilogue on `stream`.
@@ -342,27 +355,27 @@ inline status run(const gemm_f16_arguments& a, cudaStream_t stream = nullptr) {
   if (a.ab_type == dtype::bf16) {
     if (small) {
       using C = kernel::tile_small;
-      return detail::launch_tn<C>("gemm_bf16bf16_f32_tensorop_sm80<32x64>", kernel::gemm_bf16bf16_f32_tensorop_sm80<C>, p,
-                                  stream);
+      return detail::launch_tn<C>("gemm_bf16bf16_f32_tensorop_sm80<32x64>",
+                                  kernel::gemm_bf16bf16_f32_tensorop_sm80<C>, p, stream);
     }
     using C = kernel::tile_large;
-    return detail::launch_tn<C>("gemm_bf16bf16_f32_tensorop_sm80<128x128>", kernel::gemm_bf16bf16_f32_tensorop_sm80<C>, p,
-                                stream);
+    return detail::launch_tn<C>("gemm_bf16bf16_f32_tensorop_sm80<128x128>",
+                                kernel::gemm_bf16bf16_f32_tensorop_sm80<C>, p, stream);
   }
   if (small) {
     using C = kernel::tile_small;
-    return detail::launch_tn<C>("gemm_f16f16_f32_tensorop_sm80<32x64>", kernel::gemm_f16f16_f32_tensorop_sm80<C>, p,
-                                stream);
+    return detail::launch_tn<C>("gemm_f16f16_f32_tensorop_sm80<32x64>",
+                                kernel::gemm_f16f16_f32_tensorop_sm80<C>, p, stream);
   }
   using C = kernel::tile_large;
-  return detail::launch_tn<C>("gemm_f16f16_f32_tensorop_sm80<128x128>", kernel::gemm_f16f16_f32_tensorop_sm80<C>, p,
-                              stream);
+  return detail::launch_tn<C>("gemm_f16f16_f32_tensorop_sm80<128x128>",
+                              kernel::gemm_f16f16_f32_tensorop_sm80<C>, p, stream);
 }
 
 namespace detail {
 template <bool Int4, class Args>
-inline status run_weight_only(const char* op, const Args& a, kernel::weight_only_params p, const device_info& dev,
-                              cudaStream_t stream) {
+inline status run_weight_only(const char* op, const Args& a, kernel::weight_only_params p,
+                              const device_info& dev, cudaStream_t stream) {
   using cfg = kernel::weight_only_config<Int4>;
   const int steps = (a.k + cfg::step_k - 1) / cfg::step_k;
   const int split = resolve_split_k<Int4>(a.split_k, a.m, a.n, a.k, dev);

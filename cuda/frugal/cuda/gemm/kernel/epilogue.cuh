@@ -11,9 +11,10 @@
 FRUGAL_BEGIN_NAMESPACE
 namespace cuda::kernel {
 
-// The fused epilogue shared by every GEMM: v = act(alpha * (acc - za[m]*colsum[n]) * sa[m] * sb[n] + bias[n]),
-// stored as c_type. Null pointers mean "absent" (scale 1, bias 0, zero point 0). Everything is a runtime choice
-// so that one kernel instantiation serves all epilogues; the branches are uniform across the grid.
+// The fused epilogue shared by every GEMM: v = act(alpha * (acc - za[m]*colsum[n]) * sa[m] * sb[n] +
+// bias[n]), stored as c_type. Null pointers mean "absent" (scale 1, bias 0, zero point 0). Everything is a
+// runtime choice so that one kernel instantiation serves all epilogues; the branches are uniform across the
+// grid.
 struct epilogue_params {
   const float* scale_a = nullptr;
   const float* scale_b = nullptr;
@@ -52,7 +53,8 @@ __device__ __forceinline__ float epilogue_value_s32(const epilogue_params& p, in
 }
 
 // Stores columns n and n+1 (when n + 1 < N) of row m.
-__device__ __forceinline__ void store_pair(const epilogue_params& p, int m, int n, int N, float v0, float v1) {
+__device__ __forceinline__ void store_pair(const epilogue_params& p, int m, int n, int N, float v0,
+                                           float v1) {
   const std::size_t off = static_cast<std::size_t>(m) * p.ldc + n;
   const bool both = n + 1 < N;
   switch (p.c_type) {
@@ -92,13 +94,20 @@ __device__ __forceinline__ void store_pair(const epilogue_params& p, int m, int 
 __device__ __forceinline__ void store_one(const epilogue_params& p, int m, int n, float v) {
   const std::size_t off = static_cast<std::size_t>(m) * p.ldc + n;
   switch (p.c_type) {
-    case dtype::f32: static_cast<float*>(p.c)[off] = v; break;
-    case dtype::bf16: static_cast<__nv_bfloat16*>(p.c)[off] = __float2bfloat16_rn(v); break;
-    default: static_cast<__half*>(p.c)[off] = __float2half_rn(v); break;
+    case dtype::f32:
+      static_cast<float*>(p.c)[off] = v;
+      break;
+    case dtype::bf16:
+      static_cast<__nv_bfloat16*>(p.c)[off] = __float2bfloat16_rn(v);
+      break;
+    default:
+      static_cast<__half*>(p.c)[off] = __float2half_rn(v);
+      break;
   }
 }
 
-__device__ __forceinline__ void store_pair_s32(const epilogue_params& p, int m, int n, int N, int v0, int v1) {
+__device__ __forceinline__ void store_pair_s32(const epilogue_params& p, int m, int n, int N, int v0,
+                                               int v1) {
   int* c = static_cast<int*>(p.c) + static_cast<std::size_t>(m) * p.ldc + n;
   if (n + 1 < N && p.pair_store) {
     *reinterpret_cast<int2*>(c) = make_int2(v0, v1);

@@ -1,8 +1,9 @@
 #pragma once
 
-// The multistage tensor-core GEMM for "TN" operands (A M×K and B N×K, both K-contiguous): C = A·Bᵀ with the fused
-// epilogue. One body serves int8 (mma m16n8k32) and fp16/bf16 (mma m16n8k16): both fragments cover 32 bytes of K
-// per row, so the shared-memory tiles, ldmatrix addressing and swizzle are the same; only the mma differs.
+// The multistage tensor-core GEMM for "TN" operands (A M×K and B N×K, both K-contiguous): C = A·Bᵀ with the
+// fused epilogue. One body serves int8 (mma m16n8k32) and fp16/bf16 (mma m16n8k16): both fragments cover 32
+// bytes of K per row, so the shared-memory tiles, ldmatrix addressing and swizzle are the same; only the mma
+// differs.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -45,7 +46,8 @@ struct tile_config {
   static constexpr int TM = BM / WM, TN = BN / WN;
   static constexpr int MF = TM / 16, NF = TN / 8;
   static_assert(TM % 16 == 0 && TN % 16 == 0, "warp tile must be a multiple of 16x16");
-  static_assert(BM * 8 % threads == 0 && BN * 8 % threads == 0, "every thread copies the same number of chunks");
+  static_assert(BM * 8 % threads == 0 && BN * 8 % threads == 0,
+                "every thread copies the same number of chunks");
 };
 
 using tile_large = tile_config<128, 128, 2, 4, 4, 1>;
@@ -64,8 +66,8 @@ struct gemm_tn_params {
 __device__ __forceinline__ int swizzle(int row, int chunk) { return row * 128 + ((chunk ^ (row & 7)) << 4); }
 
 template <class Op, class Cfg>
-__device__ __forceinline__ void load_stage(const gemm_tn_params& p, std::uint32_t smem_a, std::uint32_t smem_b,
-                                           int m0, int n0, int kbyte0) {
+__device__ __forceinline__ void load_stage(const gemm_tn_params& p, std::uint32_t smem_a,
+                                           std::uint32_t smem_b, int m0, int n0, int kbyte0) {
   const char* a = static_cast<const char*>(p.a);
   const char* b = static_cast<const char*>(p.b);
 #pragma unroll
@@ -139,7 +141,8 @@ __device__ __forceinline__ void gemm_tn_body(const gemm_tn_params& p) {
       std::uint32_t af[Cfg::MF][4];
       std::uint32_t bf[Cfg::NF][2];
 #pragma unroll
-      for (int i = 0; i < Cfg::MF; ++i) sm80::ldmatrix_x4(af[i], sa + swizzle(a_row + i * 16, ks * 2 + a_chunk));
+      for (int i = 0; i < Cfg::MF; ++i)
+        sm80::ldmatrix_x4(af[i], sa + swizzle(a_row + i * 16, ks * 2 + a_chunk));
 #pragma unroll
       for (int j = 0; j < Cfg::NF; j += 2) {
         std::uint32_t r[4];
@@ -186,7 +189,8 @@ __device__ __forceinline__ void gemm_tn_body(const gemm_tn_params& p) {
 }
 
 template <class Cfg>
-__global__ void __launch_bounds__(Cfg::threads, Cfg::MIN_BLOCKS) gemm_s8s8_s32_tensorop_sm80(gemm_tn_params p) {
+__global__ void __launch_bounds__(Cfg::threads, Cfg::MIN_BLOCKS)
+    gemm_s8s8_s32_tensorop_sm80(gemm_tn_params p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   gemm_tn_body<mma_s8s8_s32, Cfg>(p);
 #else
@@ -195,7 +199,8 @@ __global__ void __launch_bounds__(Cfg::threads, Cfg::MIN_BLOCKS) gemm_s8s8_s32_t
 }
 
 template <class Cfg>
-__global__ void __launch_bounds__(Cfg::threads, Cfg::MIN_BLOCKS) gemm_f16f16_f32_tensorop_sm80(gemm_tn_params p) {
+__global__ void __launch_bounds__(Cfg::threads, Cfg::MIN_BLOCKS)
+    gemm_f16f16_f32_tensorop_sm80(gemm_tn_params p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   gemm_tn_body<mma_f16f16_f32<__half>, Cfg>(p);
 #else
@@ -204,7 +209,8 @@ __global__ void __launch_bounds__(Cfg::threads, Cfg::MIN_BLOCKS) gemm_f16f16_f32
 }
 
 template <class Cfg>
-__global__ void __launch_bounds__(Cfg::threads, Cfg::MIN_BLOCKS) gemm_bf16bf16_f32_tensorop_sm80(gemm_tn_params p) {
+__global__ void __launch_bounds__(Cfg::threads, Cfg::MIN_BLOCKS)
+    gemm_bf16bf16_f32_tensorop_sm80(gemm_tn_params p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   gemm_tn_body<mma_f16f16_f32<__nv_bfloat16>, Cfg>(p);
 #else

@@ -1,8 +1,8 @@
 #pragma once
 
-// Dynamic per-token int8 quantisation, one block per row: the row is read once into registers (rows longer than
-// threads x 8 x cache_chunks elements re-read the rest, which then comes from L1/L2), reduced to its absmax,
-// and written as int8 with the IEEE division the host reference uses, so the result is bit-exact.
+// Dynamic per-token int8 quantisation, one block per row: the row is read once into registers (rows longer
+// than threads x 8 x cache_chunks elements re-read the rest, which then comes from L1/L2), reduced to its
+// absmax, and written as int8 with the IEEE division the host reference uses, so the result is bit-exact.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -42,7 +42,8 @@ __global__ void __launch_bounds__(256) quantize_rows_s8_sm80(quantize_rows_param
   __shared__ float warp_max[threads / 32];
   const int row = blockIdx.x;
   const int chunks = p.k / 8;
-  const uint4* x = reinterpret_cast<const uint4*>(static_cast<const X*>(p.x) + static_cast<std::size_t>(row) * p.ldx);
+  const uint4* x =
+      reinterpret_cast<const uint4*>(static_cast<const X*>(p.x) + static_cast<std::size_t>(row) * p.ldx);
 
   uint4 cache[cache_chunks];
   float amax = 0.0f;

@@ -1,11 +1,12 @@
 #pragma once
 
-// Weight-only GEMM for decode (M = 1..16 per tile): the weights stream from HBM once, are dequantised in registers
-// to fp16/bf16 and fed to mma.sync m16n8k16 with the tokens as the mma's M side (rows >= M are zeros). Each lane
-// loads 16 contiguous bytes of one weight row; the mma only needs A and B to agree on which physical k sits in
-// each k slot, so the int4 nibble pairs (k, k+4) that one LOP3 extracts are matched by a PRMT of the activations
-// instead of being reordered. Four warps of a block split the block's K range and reduce through shared memory;
-// grid.y splits K further (split-K) with fp32 partials reduced by a second kernel.
+// Weight-only GEMM for decode (M = 1..16 per tile): the weights stream from HBM once, are dequantised in
+// registers to fp16/bf16 and fed to mma.sync m16n8k16 with the tokens as the mma's M side (rows >= M are
+// zeros). Each lane loads 16 contiguous bytes of one weight row; the mma only needs A and B to agree on which
+// physical k sits in each k slot, so the int4 nibble pairs (k, k+4) that one LOP3 extracts are matched by a
+// PRMT of the activations instead of being reordered. Four warps of a block split the block's K range and
+// reduce through shared memory; grid.y splits K further (split-K) with fp32 partials reduced by a second
+// kernel.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -23,10 +24,10 @@ template <bool Int4>
 struct weight_only_config {
   static constexpr int warps = 4;
   static constexpr int threads = warps * 32;
-  static constexpr int n_tiles = 4;               // 8-row n-fragments per warp
-  static constexpr int block_n = n_tiles * 8;     // weight rows per block
-  static constexpr int lane_k = Int4 ? 32 : 16;   // k elements in one lane's 16-byte weight load
-  static constexpr int step_k = 4 * lane_k;       // k covered by one warp iteration
+  static constexpr int n_tiles = 4;              // 8-row n-fragments per warp
+  static constexpr int block_n = n_tiles * 8;    // weight rows per block
+  static constexpr int lane_k = Int4 ? 32 : 16;  // k elements in one lane's 16-byte weight load
+  static constexpr int step_k = 4 * lane_k;      // k covered by one warp iteration
 };
 
 struct weight_only_params {
@@ -40,7 +41,7 @@ struct weight_only_params {
   int group_size;
   int steps_per_split;  // warp iterations (of step_k) per grid.y slice
   int splits;
-  float* partial;  // splits×M×N fp32 when splits > 1
+  float* partial;      // splits×M×N fp32 when splits > 1
   epilogue_params ep;  // scale_b = per-channel scale (int8), bias, activation, output
 };
 
@@ -48,7 +49,7 @@ template <class X>
 struct x_traits;
 template <>
 struct x_traits<__half> {
-  static constexpr std::uint32_t magic = 0x64006400u;    // 1024.0 in each half
+  static constexpr std::uint32_t magic = 0x64006400u;     // 1024.0 in each half
   static constexpr std::uint32_t magic_s4 = 0x64086408u;  // 1024 + 8: the xor turns signed -8..7 into 0..15
   static __device__ __forceinline__ std::uint32_t sub(std::uint32_t a, std::uint32_t b) {
     __half2 r = __hsub2(*reinterpret_cast<__half2*>(&a), *reinterpret_cast<__half2*>(&b));
@@ -76,14 +77,16 @@ struct x_traits<__half> {
 };
 template <>
 struct x_traits<__nv_bfloat16> {
-  static constexpr std::uint32_t magic = 0x43004300u;    // 128.0 in each bf16
+  static constexpr std::uint32_t magic = 0x43004300u;     // 128.0 in each bf16
   static constexpr std::uint32_t magic_s4 = 0x43084308u;  // 128 + 8
   static __device__ __forceinline__ std::uint32_t sub(std::uint32_t a, std::uint32_t b) {
-    __nv_bfloat162 r = __hsub2(*reinterpret_cast<__nv_bfloat162*>(&a), *reinterpret_cast<__nv_bfloat162*>(&b));
+    __nv_bfloat162 r =
+        __hsub2(*reinterpret_cast<__nv_bfloat162*>(&a), *reinterpret_cast<__nv_bfloat162*>(&b));
     return *reinterpret_cast<std::uint32_t*>(&r);
   }
   static __device__ __forceinline__ std::uint32_t mul(std::uint32_t a, std::uint32_t b) {
-    __nv_bfloat162 r = __hmul2(*reinterpret_cast<__nv_bfloat162*>(&a), *reinterpret_cast<__nv_bfloat162*>(&b));
+    __nv_bfloat162 r =
+        __hmul2(*reinterpret_cast<__nv_bfloat162*>(&a), *reinterpret_cast<__nv_bfloat162*>(&b));
     return *reinterpret_cast<std::uint32_t*>(&r);
   }
   static __device__ __forceinline__ std::uint32_t splat(float v) {
@@ -157,7 +160,8 @@ __device__ __forceinline__ void weight_only_body(const weight_only_params& p) {
     for (int j = 0; j < cfg::n_tiles; ++j) {
       nrow[j] = n_block + j * 8 + gid;
       const bool nv = nrow[j] < p.n && kv;
-      wv[j] = load_stream_or_zero(w + static_cast<std::size_t>(nv ? nrow[j] : 0) * p.ldw_bytes + (Int4 ? k / 2 : k), nv);
+      wv[j] = load_stream_or_zero(
+          w + static_cast<std::size_t>(nv ? nrow[j] : 0) * p.ldw_bytes + (Int4 ? k / 2 : k), nv);
     }
     const std::uint32_t* xra = reinterpret_cast<const std::uint32_t*>(xa);
     const std::uint32_t* xrb = reinterpret_cast<const std::uint32_t*>(xb);
@@ -166,7 +170,8 @@ __device__ __forceinline__ void weight_only_body(const weight_only_params& p) {
       const std::uint32_t wr[4] = {wv[j].x, wv[j].y, wv[j].z, wv[j].w};
       if constexpr (Int4) {
         const bool nv = nrow[j] < p.n && kv;
-        const std::size_t gi = static_cast<std::size_t>(nv ? nrow[j] : 0) * groups + (kv ? k / p.group_size : 0);
+        const std::size_t gi =
+            static_cast<std::size_t>(nv ? nrow[j] : 0) * groups + (kv ? k / p.group_size : 0);
         const std::uint32_t scale = xt::splat_half(nv ? p.group_scale[gi] : __half(0.0f));
         std::uint32_t zero;
         if (p.zero_point != nullptr) {
@@ -182,8 +187,9 @@ __device__ __forceinline__ void weight_only_body(const weight_only_params& p) {
 #pragma unroll
           for (int q = 0; q < 4; ++q) {
             const std::uint32_t sh = u >> (4 * q);
-            const std::uint32_t v = p.zero_point != nullptr ? sm80::lop3_and_or(sh, 0x000F000Fu, xt::magic)
-                                                            : sm80::lop3_and_xor(sh, 0x000F000Fu, xt::magic_s4);
+            const std::uint32_t v = p.zero_point != nullptr
+                                        ? sm80::lop3_and_or(sh, 0x000F000Fu, xt::magic)
+                                        : sm80::lop3_and_xor(sh, 0x000F000Fu, xt::magic_s4);
             b[q] = xt::mul(xt::sub(v, zero), scale);
           }
 #pragma unroll
@@ -249,8 +255,8 @@ __global__ void __launch_bounds__(128) gemm_w4a16_tensorop_sm80(weight_only_para
 // Sums the split-K partials in a fixed order (deterministic) and applies the epilogue. A template so that the
 // header can be included by several translation units.
 template <int = 0>
-__global__ void __launch_bounds__(256) splitk_reduce_f32(const float* partial, int splits, int m, int n,
-                                                          epilogue_params ep) {
+__global__ void __launch_bounds__(256)
+    splitk_reduce_f32(const float* partial, int splits, int m, int n, epilogue_params ep) {
   const std::size_t total = static_cast<std::size_t>(m) * n;
   for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < total;
        i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
