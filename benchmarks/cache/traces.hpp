@@ -120,19 +120,17 @@ inline double belady_hit_ratio(const trace& t, std::size_t capacity) {
   return static_cast<double>(hits) / static_cast<double>(t.size());
 }
 
-// Replays a trace through a cache with get, and put on a miss.
+// Replays a trace through a cache as a server would use it: get_or_compute, counting the computes.
 template <class Cache>
 double replay_hit_ratio(Cache& cache, const trace& t) {
-  std::size_t hits = 0;
+  std::size_t misses = 0;
   for (const std::uint64_t id : t) {
-    const auto key = frugal::hash_key(id);
-    if (cache.get(key)) {
-      ++hits;
-    } else {
-      cache.put(key, static_cast<std::uint8_t>(id));
-    }
+    cache.get_or_compute(frugal::hash_key(id), [&] {
+      ++misses;
+      return static_cast<std::uint8_t>(id);
+    });
   }
-  return static_cast<double>(hits) / static_cast<double>(t.size());
+  return 1.0 - static_cast<double>(misses) / static_cast<double>(t.size());
 }
 
 }  // namespace cache_traces

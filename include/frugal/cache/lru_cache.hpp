@@ -1,6 +1,7 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <chrono>
 #include <concepts>
@@ -27,6 +28,42 @@
 #include "frugal/config.hpp"
 
 FRUGAL_BEGIN_NAMESPACE
+
+namespace detail {
+
+// A shard's lock. Critical sections are a few dozen instructions, so a test-and-set lock beats
+// std::mutex: the release is a plain store, not a second atomic read-modify-write and call. A waiter
+// spins briefly and then yields, so a holder preempted on a busy machine gets its CPU back.
+class spin_lock {
+ public:
+  void lock() noexcept {
+    while (locked_.exchange(true, std::memory_order_acquire)) {
+      for (unsigned spins = 0; locked_.load(std::memory_order_relaxed); ++spins) {
+        if (spins < 64) {
+          pause();
+        } else {
+          std::this_thread::yield();
+        }
+      }
+    }
+  }
+  bool try_lock() noexcept {
+    return !locked_.load(std::memory_order_relaxed) && !locked_.exchange(true, std::memory_order_acquire);
+  }
+  void unlock() noexcept { locked_.store(false, std::memory_order_release); }
+
+ private:
+  static void pause() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    asm volatile("yield");
+#endif
+  }
+  std::atomic<bool> locked_{false};
+};
+
+}  // namespace detail
 
 /// @brief Why an entry left the cache, as passed to options.on_evict.
 enum class eviction_cause {
@@ -124,11 +161,12 @@ class lru_cache {
   /// @brief The value under key, or null on a miss. Makes the entry the most recently used.
   pointer get(const Key& key) {
     shard& s = shard_for(key);
-    eviction_list ev;
+    pointer expired;
     std::unique_lock lock(s.mutex);
-    pointer hit = lookup_locked(s, key, ev);
+    pointer hit = lookup_locked(s, key, expired);
     lock.unlock();
-    notify(ev);
+    if (expired) [[unlikely]]
+      notify_one(key, expired, eviction_cause::expired);
     return hit;
   }
 
@@ -360,7 +398,7 @@ class lru_cache {
 
   // Aligned so that two shards' locks never share a cache line.
   struct alignas(64) shard {
-    mutable std::mutex mutex;
+    mutable detail::spin_lock mutex;
     std::vector<entry> slab;
     std::vector<std::uint32_t> buckets;
     std::uint32_t free_head = nil;
@@ -566,6 +604,12 @@ class lru_cache {
   }
 
   void remove(shard& s, std::uint32_t i, eviction_cause cause, eviction_list& ev) {
+    const Key key = s.slab[i].key;
+    ev.push(key, detach(s, i, cause), cause);
+  }
+
+  // Unlinks slot i and frees it; returns its value.
+  pointer detach(shard& s, std::uint32_t i, eviction_cause cause) noexcept {
     entry& e = s.slab[i];
     std::uint32_t* link = &s.buckets[bucket_of(s, e.key)];
     while (*link != i) link = &s.slab[*link].chain;
@@ -587,13 +631,13 @@ class lru_cache {
         ++s.c.replacements;
         break;
     }
-    ev.push(e.key, std::move(e.value), cause);
-    e.value.reset();
+    pointer value = std::move(e.value);
     e.expiry = 0;
     e.chain = nil;
     e.prev = nil;
     e.next = s.free_head;
     s.free_head = i;
+    return value;
   }
 
   void record_access(shard& s, const Key& key) noexcept {
@@ -620,7 +664,9 @@ class lru_cache {
     }
   }
 
-  pointer lookup_locked(shard& s, const Key& key, eviction_list& ev) {
+  // On a hit, the value. An expired entry is dropped and its value moved to `expired`, for the
+  // callback to see once the lock is released.
+  pointer lookup_locked(shard& s, const Key& key, pointer& expired) {
     record_access(s, key);
     const std::uint32_t i = find(s, key);
     if (i == nil) {
@@ -628,8 +674,8 @@ class lru_cache {
       return {};
     }
     entry& e = s.slab[i];
-    if (e.expiry != 0 && now_ticks() >= e.expiry) {
-      remove(s, i, eviction_cause::expired, ev);
+    if (e.expiry != 0 && now_ticks() >= e.expiry) [[unlikely]] {
+      expired = detach(s, i, eviction_cause::expired);
       ++s.c.misses;
       return {};
     }
@@ -676,8 +722,9 @@ class lru_cache {
     }
   }
 
+  // `after_miss`: the lookup that missed has already counted this access in the sketch.
   bool store_locked(shard& s, const Key& key, pointer value, std::size_t w, std::int64_t expiry,
-                    eviction_list& ev) {
+                    eviction_list& ev, bool after_miss = false) {
     std::uint32_t i = find(s, key);
     if (w > max_weight || (s.max_bytes != 0 && w > s.max_bytes)) {
       // The old value must not outlive the newer one the caller meant to store.
@@ -698,7 +745,7 @@ class lru_cache {
       e.set(w, seg);
       link_front(s, i, seg);
     } else {
-      record_access(s, key);
+      if (!after_miss) record_access(s, key);
       i = allocate_slot(s);
       entry& e = s.slab[i];
       e.key = key;
@@ -736,9 +783,9 @@ class lru_cache {
   // or this caller becomes the one to compute, with its promise's future registered for the others.
   pointer begin_load(shard& s, const Key& key, std::promise<pointer>& promise,
                      std::shared_future<pointer>& other) {
-    eviction_list ev;
+    pointer expired;
     std::unique_lock lock(s.mutex);
-    pointer hit = lookup_locked(s, key, ev);
+    pointer hit = lookup_locked(s, key, expired);
     if (!hit) {
       auto it = s.flights.find(key);
       if (it != s.flights.end()) {
@@ -750,7 +797,7 @@ class lru_cache {
       }
     }
     lock.unlock();
-    notify(ev);
+    if (expired) notify_one(key, expired, eviction_cause::expired);
     return hit;
   }
 
@@ -769,7 +816,7 @@ class lru_cache {
       const std::size_t w = weigh(*result);
       const std::int64_t expiry = expiry_for(ttl);
       std::lock_guard lock(s.mutex);
-      store_locked(s, key, result, w, expiry, ev);
+      store_locked(s, key, result, w, expiry, ev, true);
       s.flights.erase(key);
     } catch (...) {
       {
@@ -783,6 +830,10 @@ class lru_cache {
     promise.set_value(result);
     notify(ev);
     return result;
+  }
+
+  void notify_one(const Key& key, const pointer& value, eviction_cause cause) {
+    if (opts_.on_evict) opts_.on_evict(key, value, cause);
   }
 
   void notify(eviction_list& ev) {
