@@ -1,0 +1,1 @@
+frugal_add_benchmark(bench_cost SOURCES bench_cost.cpp)
