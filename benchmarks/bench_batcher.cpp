@@ -26,10 +26,13 @@ template <class Run>
 void timed(benchmark::State& state, Run run) {
   const int producers = static_cast<int>(state.range(0));
   const int per_producer = requests_total / producers;
+  double seconds = 0;
   for (auto _ : state) {
     const auto start = std::chrono::steady_clock::now();
     run(producers, per_producer);
-    state.SetIterationTime(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    seconds += s;
+    state.SetIterationTime(s);
   }
   const double n = static_cast<double>(producers * per_producer);
   state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations()) * producers * per_producer);
@@ -86,6 +89,34 @@ void BM_frugal_future(benchmark::State& state) {
         std::vector<std::future<int>> fs;
         fs.reserve(static_cast<std::size_t>(per_producer));
         for (int i = 0; i < per_producer; ++i) fs.push_back(b.submit(i));
+        std::int64_t s = 0;
+        for (auto& f : fs) s += f.get();
+        sums[static_cast<std::size_t>(p)].value = s;
+      });
+    }
+    for (auto& t : ps) t.join();
+    b.close();
+    worker.join();
+    for (auto& s : sums) checksum += s.value.load();
+    fill = b.stats().mean_fill_ratio;
+  });
+  benchmark::DoNotOptimize(checksum);
+  state.counters["fill"] = fill;
+}
+
+void BM_frugal_light_future(benchmark::State& state) {
+  std::int64_t checksum = 0;
+  double fill = 0;
+  timed(state, [&](int producers, int per_producer) {
+    frugal::batcher<int, int> b{bench_options(state)};
+    std::thread worker(frugal_worker, std::ref(b));
+    std::vector<counter> sums(static_cast<std::size_t>(producers));
+    std::vector<std::thread> ps;
+    for (int p = 0; p < producers; ++p) {
+      ps.emplace_back([&, p] {
+        std::vector<frugal::light_future<int>> fs;
+        fs.reserve(static_cast<std::size_t>(per_producer));
+        for (int i = 0; i < per_producer; ++i) fs.push_back(b.submit_light(i));
         std::int64_t s = 0;
         for (auto& f : fs) s += f.get();
         sums[static_cast<std::size_t>(p)].value = s;
@@ -161,6 +192,7 @@ void shapes(benchmark::internal::Benchmark* b) {
 
 BENCHMARK(BM_frugal_callback)->Apply(shapes);
 BENCHMARK(BM_frugal_future)->Apply(shapes);
+BENCHMARK(BM_frugal_light_future)->Apply(shapes);
 BENCHMARK(BM_count_batcher)->Apply(shapes);
 BENCHMARK(BM_naive_queue)
     ->ArgNames({"producers", "batch"})

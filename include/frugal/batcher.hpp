@@ -23,12 +23,33 @@
 #include "frugal/batcher/detail/inline_function.hpp"
 #include "frugal/batcher/detail/ring.hpp"
 #include "frugal/batcher/errors.hpp"
+#include "frugal/batcher/light_future.hpp"
 #include "frugal/batcher/options.hpp"
 #include "frugal/batcher/policy.hpp"
 #include "frugal/clock.hpp"
 #include "frugal/config.hpp"
 
 FRUGAL_BEGIN_NAMESPACE
+
+namespace detail {
+inline void cpu_relax() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+// The queue lock is held for a few dozen nanoseconds, so a short spin usually wins it without the
+// futex sleep and wake that a contended std::mutex costs.
+inline void lock_briefly_spinning(std::unique_lock<std::mutex>& lk) {
+  for (int i = 0; i < 64; ++i) {
+    if (lk.try_lock()) return;
+    cpu_relax();
+  }
+  lk.lock();
+}
+}  // namespace detail
 
 /// @brief Identifies a submitted request, for cancel().
 using request_id = std::uint64_t;
@@ -116,6 +137,7 @@ class batcher {
     std::size_t live = 0;
     std::uint64_t live_cost = 0;
     std::size_t waiting_workers = 0;
+    std::vector<time_point> sleepers;  // when each waiting worker will wake by itself
     std::size_t blocked_producers = 0;
     bool closed = false;
     request_id next_id = 1;
@@ -369,7 +391,8 @@ class batcher {
   request_id submit(Request request, callback done, submit_options o = {}) {
     core& c = *core_;
     const time_point now = c.clock.now();
-    std::unique_lock lk(c.m);
+    std::unique_lock lk(c.m, std::defer_lock);
+    detail::lock_briefly_spinning(lk);
     check_submit(c, o);
     const request_id id = c.next_id++;
     ++c.submitted;
@@ -390,14 +413,13 @@ class batcher {
       batch::deliver(done, outcome<Result>(detail::batch_error_ptr(*err)));
       return id;
     }
-    const bool was_empty = c.live == 0;
     const std::uint64_t weight = o.weight;
     c.levels[o.priority].push_back(
         node{std::move(request), std::move(done), now, o.deadline, std::move(o.stop), weight, id, false});
     ++c.live;
     c.live_cost += weight;
     ++c.arrivals;
-    const bool wake = c.waiting_workers > 0 && (was_empty || due_on_arrival(c, now));
+    const bool wake = c.waiting_workers > 0 && worker_must_wake(c, now);
     lk.unlock();
     if (wake) c.work_cv.notify_one();
     return id;
@@ -408,6 +430,21 @@ class batcher {
     std::promise<Result> p;
     std::future<Result> f = p.get_future();
     submit(std::move(request), promise_callback(std::move(p)), std::move(o));
+    return f;
+  }
+
+  /// @brief Like submit, but returns a light_future: no std::promise, one allocation, no system call unless
+  /// the caller has to wait. The fast path when a future is wanted.
+  light_future<Result> submit_light(Request request, submit_options o = {}) {
+    auto* state = new detail::light_state<Result>();
+    light_future<Result> f(state);
+    try {
+      submit(
+          std::move(request), [state](outcome<Result> r) { state->set(std::move(r)); }, std::move(o));
+    } catch (...) {
+      state->release();  // the callback never ran
+      throw;
+    }
     return f;
   }
 
@@ -465,7 +502,9 @@ class batcher {
     std::optional<std::stop_callback<decltype(on_stop_fn)>> on_stop;
     if (stop.stop_possible()) on_stop.emplace(stop, on_stop_fn);
     dropped_list dropped;
-    std::unique_lock lk(c.m);
+    std::unique_lock lk(c.m, std::defer_lock);
+    detail::lock_briefly_spinning(lk);
+    bool idle_armed = true;
     for (;;) {
       if (stop.stop_requested()) break;
       const time_point now = c.clock.now();
@@ -485,8 +524,23 @@ class batcher {
         continue;
       }
       if (c.closed && c.live == 0) break;
+      time_point until = d.when;
+      if (c.live == 0 && idle_armed) {
+        // In a busy stream the queue is empty only briefly. Sleeping just until a request arriving now
+        // would be due lets submit skip the wake-up for the first request of every batch.
+        idle_armed = false;
+        policy_view v = view(c, now);
+        v.queued = 1;
+        v.queued_cost = 1;
+        const std::chrono::nanoseconds w = c.policy.wait_for(v);
+        if (w > std::chrono::nanoseconds::zero()) until = later(now, w);
+      }
       ++c.waiting_workers;
-      wait(c.work_cv, lk, d.when);
+      c.sleepers.push_back(until);
+      wait(c.work_cv, lk, until);
+      auto mine = std::find(c.sleepers.begin(), c.sleepers.end(), until);
+      *mine = c.sleepers.back();
+      c.sleepers.pop_back();
       --c.waiting_workers;
     }
     lk.unlock();
@@ -500,7 +554,8 @@ class batcher {
     core& c = *core_;
     std::unique_ptr<buffers> buf = take_buffers(c);
     dropped_list dropped;
-    std::unique_lock lk(c.m);
+    std::unique_lock lk(c.m, std::defer_lock);
+    detail::lock_briefly_spinning(lk);
     const time_point now = c.clock.now();
     std::optional<batch> b;
     if (evaluate(c, now, dropped).due) b = cut(c, now, buf, dropped);
@@ -834,8 +889,15 @@ class batcher {
     return c.live >= c.cap || (c.opt.max_batch_cost != 0 && c.live_cost >= c.opt.max_batch_cost);
   }
 
-  static bool due_on_arrival(core& c, time_point now) {
-    return c.closed || full(c) || c.policy.wait_for(view(c, now)) <= std::chrono::nanoseconds::zero();
+  // After an arrival: does a waiting worker need waking, or will one wake by itself in time?
+  static bool worker_must_wake(core& c, time_point now) {
+    if (full(c)) return true;
+    const std::chrono::nanoseconds w = c.policy.wait_for(view(c, now));
+    if (w <= std::chrono::nanoseconds::zero()) return true;
+    const time_point due = later(now, w);
+    for (const time_point t : c.sleepers)
+      if (t <= due) return false;
+    return true;
   }
 
   static due_info evaluate(core& c, time_point now, dropped_list& dropped) {

@@ -753,3 +753,29 @@ TEST_CASE("adaptive: a request that could no longer finish by its deadline fails
     CHECK(both->size() == 2);
   }
 }
+
+TEST_CASE("batcher: submit_light's future delivers results and errors like std::future") {
+  frugal::manual_clock clk;
+  manual_batcher b{{.window = 0ms, .max_batch = 4, .max_queued = 2}, clk};
+  auto a = b.submit_light(1);
+  auto c = b.submit_light(2);
+  auto rejected = b.submit_light(3);
+  CHECK(rejected.ready());
+  CHECK_THROWS_AS(rejected.get(), frugal::batch_error);
+  CHECK_FALSE(rejected.valid());
+  CHECK_FALSE(a.ready());
+  CHECK_THROWS_AS(b.submit_light(4, {.priority = 9}), std::invalid_argument);
+  auto batch = b.try_next_batch();
+  REQUIRE(batch);
+  std::thread waiter([&] { CHECK(c.get() == 4); });
+  fulfill_doubled(*batch);
+  waiter.join();
+  CHECK(a.get() == 2);
+  auto failing = b.submit_light(5);
+  auto again = b.try_next_batch();
+  REQUIRE(again);
+  again->fail(std::make_exception_ptr(std::runtime_error("model")));
+  CHECK_THROWS_WITH_AS(failing.get(), "model", std::runtime_error);
+  { auto dropped = b.submit_light(6); }  // destroyed before it resolves: no leak, no crash
+  b.close(frugal::drain::no);
+}
