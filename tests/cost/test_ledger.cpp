@@ -3,6 +3,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -363,6 +364,26 @@ TEST_CASE("ledger: 4 threads recording at once add up exactly while another take
   CHECK(s.tags[0].requests + s.tags[1].requests == 4u * per_thread);
   // Device 0 at $0.001/s, device 1 at $0.002/s: busy cost is exact to the nano-dollar per (tag, device).
   CHECK(nanos(s.busy_cost) == std::int64_t(2 * busy_us) * 1 + std::int64_t(2 * busy_us) * 2);
+}
+
+TEST_CASE(
+    "ledger: one thread feeding more ledgers than its stripe cache holds keeps each one's figures apart") {
+  std::vector<std::unique_ptr<fc::ledger<>>> ledgers;
+  for (int i = 0; i < 6; ++i) ledgers.push_back(std::make_unique<fc::ledger<>>(scenario_options()));
+  std::vector<fc::tag_id> tags;
+  for (auto& l : ledgers) tags.push_back(l->tag("chat"));
+  for (int round = 0; round < 50; ++round)
+    for (std::size_t i = 0; i < ledgers.size(); ++i)
+      ledgers[i]->record_batch({.tag = tags[i], .busy = std::chrono::milliseconds(i + 1), .batch_size = 2});
+  for (std::size_t i = 0; i < ledgers.size(); ++i) {
+    const auto s = ledgers[i]->snapshot();
+    CHECK(s.total.batches == 50);
+    CHECK(s.total.busy == std::chrono::milliseconds(50 * (i + 1)));
+  }
+  ledgers.erase(ledgers.begin());  // a new ledger never inherits a destroyed one's cached stripe
+  fc::ledger<> fresh(scenario_options());
+  fresh.record_batch({.tag = fresh.tag("chat"), .busy = 1ms});
+  CHECK(fresh.snapshot().total.batches == 1);
 }
 
 TEST_CASE("exports: Prometheus, JSON and table carry the snapshot's figures") {

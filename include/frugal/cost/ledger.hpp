@@ -71,9 +71,13 @@ struct stripe {
   std::unique_ptr<std::atomic<std::uint64_t>[]> c;
 };
 
+// A thread's stripes for the last few ledgers it recorded into, so that a loop feeding two or three ledgers
+// does not take the mutex on every record.
 struct stripe_cache {
-  std::uint64_t ledger = 0;
-  stripe* s = nullptr;
+  static constexpr std::size_t ways = 4;
+  std::uint64_t ledger[ways] = {};
+  stripe* s[ways] = {};
+  std::size_t next = 0;
 };
 inline thread_local stripe_cache tl_stripe;
 inline std::atomic<std::uint64_t> serial_source{1};
@@ -327,7 +331,8 @@ class ledger {
 
   detail::stripe& local_stripe() {
     detail::stripe_cache& c = detail::tl_stripe;
-    if (c.ledger == id_) return *c.s;
+    for (std::size_t i = 0; i < detail::stripe_cache::ways; ++i)
+      if (c.ledger[i] == id_) return *c.s[i];
     return find_stripe();
   }
   detail::stripe& find_stripe() {
@@ -340,7 +345,10 @@ class ledger {
       stripes_.emplace_back(me, std::make_unique<detail::stripe>(counters_));
       s = stripes_.back().second.get();
     }
-    detail::tl_stripe = {id_, s};
+    detail::stripe_cache& c = detail::tl_stripe;
+    c.ledger[c.next] = id_;
+    c.s[c.next] = s;
+    c.next = (c.next + 1) % detail::stripe_cache::ways;
     return *s;
   }
 
