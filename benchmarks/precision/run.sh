@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Compares precisions: builds bench_precision (Release, its own build folder), runs it, runs the GPU
+# GEMM benchmark too when a CUDA device is present, then draws the PNGs and results.md into <out-dir>.
+#   benchmarks/precision/run.sh <out-dir>
+# Environment: FRUGAL_PRECISION_BUILD (build folder, default build/precision), JOBS (default 2),
+# PYTHON (an interpreter with matplotlib), REPS (repetitions, default 3), MIN_TIME (seconds per repetition, default 0.2), FILTER (a regex).
+set -euo pipefail
+
+if [[ $# -ne 1 ]]; then
+  echo "usage: $0 <out-dir>" >&2
+  exit 2
+fi
+mkdir -p "$1"
+out=$(cd "$1" && pwd)
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+root=$(cd "$here/../.." && pwd)
+build=${FRUGAL_PRECISION_BUILD:-$root/build/precision}
+jobs=${JOBS:-2}
+reps=${REPS:-3}
+min_time=${MIN_TIME:-0.2}
+
+# Debian's python3-matplotlib belongs to /usr/bin/python3, which need not be the python3 on PATH.
+python=
+for candidate in ${PYTHON:-} /usr/bin/python3 python3; do
+  if "$candidate" -c 'import matplotlib' 2>/dev/null; then
+    python=$candidate
+    break
+  fi
+done
+if [[ -z $python ]]; then
+  if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null; then
+    echo "precision: installing python3-matplotlib" >&2
+    DEBIAN_FRONTEND=noninteractive apt-get install -y python3-matplotlib >&2
+    python=/usr/bin/python3
+  else
+    echo "precision: matplotlib is missing; run as root: apt-get install -y python3-matplotlib" >&2
+    exit 1
+  fi
+fi
+
+gpu=OFF
+if command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
+  gpu=AUTO
+fi
+cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DFRUGAL_ENABLE_CUDA=$gpu -DFRUGAL_BUILD_TESTS=OFF \
+  -DFRUGAL_BUILD_EXAMPLES=OFF -DFRUGAL_BUILD_BENCHMARKS=ON >"$out/configure.log"
+cmake --build "$build" -j "$jobs" --target bench_precision
+
+gpu_md=()
+if [[ $gpu == AUTO ]]; then
+  if cmake --build "$build" -j "$jobs" --target bench_gpu_gemm; then
+    "$build/benchmarks/gpu/bench_gpu_gemm" --md "$out/gpu.md" | tee "$out/gpu.txt"
+    [[ -s $out/gpu.md ]] && gpu_md=(--gpu "$out/gpu.md")
+  else
+    echo "precision: bench_gpu_gemm did not build; the GPU half is skipped" >&2
+  fi
+else
+  echo "precision: no CUDA device, CPU only" >&2
+fi
+
+args=(--benchmark_repetitions="$reps" --benchmark_report_aggregates_only=true --benchmark_min_time="$min_time"
+  --benchmark_out="$out/cpu.json" --benchmark_out_format=json)
+[[ -n ${FILTER:-} ]] && args+=(--benchmark_filter="$FILTER")
+"$build/benchmarks/bench_precision" "${args[@]}" | tee "$out/cpu.txt"
+
+commit=$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)
+[[ -z $(git -C "$root" status --porcelain -- benchmarks/precision include 2>/dev/null) ]] || commit="$commit (+ uncommitted changes)"
+"$python" "$here/plot.py" --cpu "$out/cpu.json" "${gpu_md[@]}" --out "$out" --commit "$commit" \
+  --command "benchmarks/precision/run.sh $1"
