@@ -4,9 +4,10 @@
 # covers and what only a real vcpkg run would.
 #   -DROOT=<frugal source>  -DWORK=<scratch folder>  -DFEATURES=core[;cuda]  -DGENERATOR=<cmake -G>
 #   -DCONFIGURE_OPTIONS=<extra -D options, e.g. the compilers>
+#   -DMUTATE=<regexes>: runs a copy of the sources whose portfile lacks the lines matching them, to
+#   show that the checks catch a broken port.
 cmake_minimum_required(VERSION 3.25)
 
-set(port_dir "${ROOT}/ports/frugal")
 set(PORT frugal)
 set(TARGET_TRIPLET x64-linux)
 set(CURRENT_PACKAGES_DIR "${WORK}/packages/${PORT}_${TARGET_TRIPLET}")
@@ -18,6 +19,24 @@ function(fail)
   string(JOIN "" msg ${ARGN})
   message(FATAL_ERROR "vcpkg port check: ${msg}")
 endfunction()
+
+if(MUTATE)
+  set(mutant "${WORK}/mutant")
+  foreach(part include cuda cmake ports CMakeLists.txt LICENSE vcpkg.json)
+    file(COPY "${ROOT}/${part}" DESTINATION "${mutant}")
+  endforeach()
+  file(READ "${mutant}/ports/frugal/portfile.cmake" text)
+  foreach(regex ${MUTATE})
+    string(REGEX REPLACE "[^\n]*${regex}[^\n]*\n" "" cut "${text}")
+    if(cut STREQUAL text)
+      fail("no line of portfile.cmake matches ${regex}")
+    endif()
+    set(text "${cut}")
+  endforeach()
+  file(WRITE "${mutant}/ports/frugal/portfile.cmake" "${text}")
+  set(ROOT "${mutant}")
+endif()
+set(port_dir "${ROOT}/ports/frugal")
 
 function(json_array_has json out value)
   set(${out} FALSE PARENT_SCOPE)
@@ -203,7 +222,7 @@ include("${port_dir}/portfile.cmake")
 set(pkg "${CURRENT_PACKAGES_DIR}")
 foreach(dir debug lib bin)
   if(EXISTS "${pkg}/${dir}")
-    fail("${dir}/ is installed; a header-only port must remove it")
+    fail("${dir}/ is installed, which a header-only port must remove")
   endif()
 endforeach()
 if(NOT EXISTS "${pkg}/share/${PORT}/copyright")
