@@ -143,11 +143,10 @@ TEST_CASE("cache keys: non-contiguous ranges and tuples hash element by element"
   CHECK(frugal::hash_key(std::tuple{1, 2.0, 'c'}) == frugal::hash_key(1, 2.0, 'c'));
 }
 
-TEST_CASE("cache keys: distinct inputs give distinct keys and std::hash spreads them") {
+TEST_CASE("cache keys: distinct inputs give distinct keys") {
   std::unordered_set<frugal::key128> keys;
   for (int i = 0; i < 10'000; ++i) keys.insert(frugal::hash_key(i));
   CHECK(keys.size() == 10'000);
-  CHECK(keys.bucket_count() >= 10'000);
 }
 
 TEST_CASE("cache weigher: the default weighs strings, vectors and plain values by their bytes") {

@@ -207,9 +207,9 @@ class lru_cache {
   }
 
   /// @brief As get_or_compute_async, with fn run by executor(std::function<void()>), e.g. a thread pool.
-  template <class F, class Executor>
-  requires std::invocable<Executor&, std::function<void()>> std::shared_future<pointer> get_or_compute_async(
-      const Key& key, F fn, Executor&& executor, std::chrono::nanoseconds ttl = {}) {
+  template <class F, std::invocable<std::function<void()>> Executor>
+  std::shared_future<pointer> get_or_compute_async(const Key& key, F fn, Executor&& executor,
+                                                   std::chrono::nanoseconds ttl = {}) {
     check_ttl(ttl, "get_or_compute_async");
     shard& s = shard_for(key);
     auto promise = std::make_shared<std::promise<pointer>>();
