@@ -8,7 +8,9 @@ __global__ void frugal_quant_nvcc_probe(int* out) { *out = 1; }
 
 int main() {
   namespace q = frugal::quant;
-  q::row_matrix w = q::row_matrix::Random(8, 20), x = q::row_matrix::Random(3, 20);
+  q::row_matrix w(8, 20), x(3, 20);
+  for (int i = 0; i < w.size(); ++i) w.data()[i] = static_cast<float>((i * 37) % 23) - 11.0f;
+  for (int i = 0; i < x.size(); ++i) x.data()[i] = static_cast<float>((i * 53) % 19) - 9.0f;
   const auto qw = q::quantize_weights_per_channel(w);
   const auto qa = q::quantize_rows(x);
   q::row_matrix out;

@@ -1,5 +1,6 @@
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -170,6 +171,16 @@ TEST_CASE("quant gemm: W8A8 on real matrices tracks the Eigen fp32 reference") {
     CHECK(q::cosine_similarity(ref, out) > 0.999);
     CHECK(q::relative_error(ref, out) < 0.03);
   }
+  const float amax = x.cwiseAbs().maxCoeff();
+  const auto st = q::quantize_rows(x, {.static_scale = amax / 127.0f});
+  CHECK(st.scales == std::vector<float>(9, amax / 127.0f));
+  for (int j = 0; j < 96; ++j)
+    CHECK(st.data[static_cast<std::size_t>(j)] ==
+          static_cast<int>(std::nearbyint(x(0, j) / (amax / 127.0f))));
+  const auto clipped = q::quantize_rows(x, {.static_scale = amax / 1270.0f});
+  CHECK(*std::max_element(clipped.data.begin(), clipped.data.end()) == 127);
+  CHECK(error_of([&] { q::quantize_rows(x, {.static_scale = -1.0f}); }).find("options.static_scale") !=
+        std::string::npos);
 }
 
 TEST_CASE("quant gemm: requantization to int8 uses gemmlowp's fixed-point multiplier") {

@@ -36,8 +36,11 @@ struct quantized_activations {
 
 /// @brief Options of dynamic per-token activation quantization.
 struct quantize_rows_options {
-  bool symmetric =
-      true;  ///< symmetric: absmax / 127, q in -127..127; else min-max with a zero point, -128..127
+  /// symmetric: absmax / 127, q in -127..127; else min-max with a zero point, -128..127
+  bool symmetric = true;
+  /// Static quantization: when > 0, every row uses this calibrated symmetric scale (e.g. SmoothQuant's
+  /// act_scale) instead of its own absmax; values beyond it saturate.
+  float static_scale = 0.0f;
   simd_path path = simd_path::automatic;
 };
 
@@ -124,6 +127,10 @@ inline quantized_activations quantize_rows(std::span<const float> x, std::size_t
   constexpr const char* who = "frugal::quant::quantize_rows";
   detail::check_data_size(x.size(), rows, cols, who);
   const auto lv = detail::resolve_float_level(opt.path, who);
+  if (!(opt.static_scale >= 0.0f) || !std::isfinite(opt.static_scale) ||
+      (opt.static_scale > 0.0f && !opt.symmetric))
+    throw std::invalid_argument(std::string(who) +
+                                ": options.static_scale must be finite, >= 0, and only with symmetric");
   const scheme s{
       .type = element_type::i8, .granularity = granularity::per_channel, .symmetric = opt.symmetric};
   quantized_activations q;
@@ -137,7 +144,11 @@ inline quantized_activations quantize_rows(std::span<const float> x, std::size_t
     const detail::run_range rr = detail::minmax_run(lv, xr, cols);
     if (rr.first_nonfinite != cols)
       detail::throw_nonfinite(who, r * cols + rr.first_nonfinite, xr[rr.first_nonfinite]);
-    const auto [scale, zp] = params_from_range(rr.lo, rr.hi, s);
+    auto [scale, zp] = params_from_range(rr.lo, rr.hi, s);
+    if (opt.static_scale > 0.0f) {
+      scale = opt.static_scale;
+      zp = 0;
+    }
     q.scales[r] = scale;
     if (!opt.symmetric) q.zero_points[r] = zp;
     detail::quantize_run(lv, xr, cols, scale, zp, qmin(s), qmax(s), s.rounding, q.data.data() + r * cols);

@@ -34,6 +34,13 @@
 #else
 #  define FRUGAL_QUANT_X86 0
 #endif
+// Full unrolling keeps the micro-kernels' accumulator arrays in registers; nvcc does not know the pragma.
+#if defined(__CUDACC__) || !(defined(__GNUC__) || defined(__clang__))
+#  define FRUGAL_QUANT_UNROLL(n)
+#else
+#  define FRUGAL_QUANT_PRAGMA(x) _Pragma(#x)
+#  define FRUGAL_QUANT_UNROLL(n) FRUGAL_QUANT_PRAGMA(GCC unroll n)
+#endif
 #ifndef FRUGAL_QUANT_SIMD_BEGIN
 #  define FRUGAL_QUANT_SIMD_BEGIN
 #  define FRUGAL_QUANT_SIMD_END
@@ -61,7 +68,8 @@ inline cpu_features detect_cpu_features() noexcept {
   if (!osxsave || !avx) return f;
   unsigned xcr0_lo = 0, xcr0_hi = 0;
   __asm__ volatile("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
-  const bool ymm_os = (xcr0_lo & 0x6u) == 0x6u, zmm_os = (xcr0_lo & 0xe6u) == 0xe6u;
+  const std::uint64_t xcr0 = xcr0_lo | static_cast<std::uint64_t>(xcr0_hi) << 32;
+  const bool ymm_os = (xcr0 & 0x6u) == 0x6u, zmm_os = (xcr0 & 0xe6u) == 0xe6u;
   unsigned a7 = 0, b7 = 0, c7 = 0, d7 = 0;
   if (!__get_cpuid_count(7, 0, &a7, &b7, &c7, &d7)) return f;
   unsigned a71 = 0, b71 = 0, c71 = 0, d71 = 0;

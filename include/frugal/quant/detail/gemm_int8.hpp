@@ -68,26 +68,26 @@ FRUGAL_QUANT_TARGET_AVX512VNNI inline void micro_avx512_vnni(const std::uint8_t*
                                                              const std::int32_t* corr,
                                                              std::int32_t* c) noexcept {
   __m512i acc[MR][NP];
-#  pragma GCC unroll 8
+FRUGAL_QUANT_UNROLL(8)
   for (int i = 0; i < MR; ++i)
-#  pragma GCC unroll 2
+FRUGAL_QUANT_UNROLL(2)
     for (int p = 0; p < NP; ++p) acc[i][p] = _mm512_setzero_si512();
   for (std::size_t q = 0; q < k4; ++q) {
     __m512i bv[NP];
-#  pragma GCC unroll 2
+FRUGAL_QUANT_UNROLL(2)
     for (int p = 0; p < NP; ++p) bv[p] = _mm512_loadu_si512(b + (static_cast<std::size_t>(p) * k4 + q) * 64);
-#  pragma GCC unroll 8
+FRUGAL_QUANT_UNROLL(8)
     for (int i = 0; i < MR; ++i) {
       std::int32_t a4;
       std::memcpy(&a4, a + static_cast<std::size_t>(i) * lda + q * 4, 4);
       const __m512i av = _mm512_set1_epi32(a4);
-#  pragma GCC unroll 2
+FRUGAL_QUANT_UNROLL(2)
       for (int p = 0; p < NP; ++p) acc[i][p] = _mm512_dpbusd_epi32(acc[i][p], av, bv[p]);
     }
   }
-#  pragma GCC unroll 8
+FRUGAL_QUANT_UNROLL(8)
   for (int i = 0; i < MR; ++i)
-#  pragma GCC unroll 2
+FRUGAL_QUANT_UNROLL(2)
     for (int p = 0; p < NP; ++p)
       _mm512_storeu_si512(c + i * NP * 16 + p * 16,
                           _mm512_sub_epi32(acc[i][p], _mm512_loadu_si512(corr + p * 16)));
@@ -146,12 +146,12 @@ FRUGAL_QUANT_TARGET_AVXVNNI inline void micro_avx_vnni(const std::uint8_t* a, st
                                                        const std::int8_t* b, std::size_t k4,
                                                        const std::int32_t* corr, std::int32_t* c) noexcept {
   __m256i acc[MR][2];
-#  pragma GCC unroll 4
+FRUGAL_QUANT_UNROLL(4)
   for (int i = 0; i < MR; ++i) acc[i][0] = acc[i][1] = _mm256_setzero_si256();
   for (std::size_t q = 0; q < k4; ++q) {
     const __m256i b0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + q * 64));
     const __m256i b1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + q * 64 + 32));
-#  pragma GCC unroll 4
+FRUGAL_QUANT_UNROLL(4)
     for (int i = 0; i < MR; ++i) {
       std::int32_t a4;
       std::memcpy(&a4, a + static_cast<std::size_t>(i) * lda + q * 4, 4);
@@ -162,7 +162,7 @@ FRUGAL_QUANT_TARGET_AVXVNNI inline void micro_avx_vnni(const std::uint8_t* a, st
   }
   const __m256i c0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(corr));
   const __m256i c1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(corr + 8));
-#  pragma GCC unroll 4
+FRUGAL_QUANT_UNROLL(4)
   for (int i = 0; i < MR; ++i) {
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(c + i * 16), _mm256_sub_epi32(acc[i][0], c0));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(c + i * 16 + 8), _mm256_sub_epi32(acc[i][1], c1));
@@ -205,25 +205,25 @@ template <int MR>
 FRUGAL_QUANT_TARGET_AVX2 inline void micro_avx2(const std::int16_t* a, std::size_t lda, const std::int8_t* b,
                                                 std::size_t k4, std::int32_t* c) noexcept {
   __m256i acc[MR][4];
-#  pragma GCC unroll 4
+FRUGAL_QUANT_UNROLL(4)
   for (int i = 0; i < MR; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = _mm256_setzero_si256();
   for (std::size_t q = 0; q < k4; ++q) {
     __m256i bv[4];
-#  pragma GCC unroll 4
+FRUGAL_QUANT_UNROLL(4)
     for (int h = 0; h < 4; ++h)
       bv[h] = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + q * 64 + h * 16)));
-#  pragma GCC unroll 4
+FRUGAL_QUANT_UNROLL(4)
     for (int i = 0; i < MR; ++i) {
       long long a4;
       std::memcpy(&a4, a + static_cast<std::size_t>(i) * lda + q * 4, 8);
       const __m256i av = _mm256_set1_epi64x(a4);
-#  pragma GCC unroll 4
+FRUGAL_QUANT_UNROLL(4)
       for (int h = 0; h < 4; ++h) acc[i][h] = _mm256_add_epi32(acc[i][h], _mm256_madd_epi16(av, bv[h]));
     }
   }
-#  pragma GCC unroll 4
+FRUGAL_QUANT_UNROLL(4)
   for (int i = 0; i < MR; ++i)
-#  pragma GCC unroll 2
+FRUGAL_QUANT_UNROLL(2)
     for (int h = 0; h < 2; ++h) {
       const __m256i s = _mm256_permute4x64_epi64(_mm256_hadd_epi32(acc[i][2 * h], acc[i][2 * h + 1]), 0xd8);
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(c + i * 16 + h * 8), s);
