@@ -386,6 +386,22 @@ TEST_CASE(
   CHECK(fresh.snapshot().total.batches == 1);
 }
 
+TEST_CASE("ledger: with an expected interval a stalled request also records the requests it held back") {
+  auto o = scenario_options();
+  o.expected_interval = 10ms;
+  fc::ledger<> l(o);
+  const auto t = l.tag("chat");
+  l.record_request(t, 100ms);  // 100, 90, ..., 10 ms
+  l.record_request(t, 5ms);    // under the interval: just itself
+  const auto s = l.snapshot();
+  CHECK(s.tags[0].requests == 2);
+  CHECK(s.tags[0].latency_histogram.count == 11);
+  CHECK(s.tags[0].latency_histogram.sum == std::uint64_t(std::chrono::nanoseconds(555ms).count()));
+  const std::string p = fc::to_prometheus(s);
+  CHECK(p.find("frugal_request_duration_seconds_count{feature=\"chat\"} 11") != std::string::npos);
+  CHECK(p.find("frugal_request_duration_seconds_sum{feature=\"chat\"} 0.555") != std::string::npos);
+}
+
 TEST_CASE("exports: Prometheus, JSON and table carry the snapshot's figures") {
   scenario sc;
   const auto s = sc.ledger.snapshot();

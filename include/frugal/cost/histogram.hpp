@@ -117,6 +117,12 @@ class log_linear_histogram {
   /// @brief Records one value.
   void record(std::uint64_t v) noexcept {
     sum_.fetch_add(v, std::memory_order_relaxed);
+    count_only(v);
+  }
+
+  /// @brief Records one value into its bucket but not into sum(), for a caller that keeps the sum itself
+  /// (the ledger does, per thread, to spare a shared atomic).
+  void count_only(std::uint64_t v) noexcept {
     if (v > highest_) {
       v = highest_;
       clamped_.fetch_add(1, std::memory_order_relaxed);

@@ -213,10 +213,18 @@ class ledger {
     detail::stripe& s = local_stripe();
     const std::size_t base = tag.value * stride_;
     const auto ns = static_cast<std::uint64_t>(latency.count());
+    log_linear_histogram& h = *tags_[tag.value].hist;
+    h.count_only(ns);
+    std::uint64_t sum = ns;
+    // The coordinated-omission correction, as log_linear_histogram::record_corrected, with the sum kept here.
+    const auto interval = static_cast<std::uint64_t>(options_.expected_interval.count());
+    if (interval != 0 && ns > interval)
+      for (std::uint64_t missing = ns - interval; missing >= interval; missing -= interval) {
+        h.count_only(missing);
+        sum += missing;
+      }
     s.add(base + detail::f_outcome0 + static_cast<std::size_t>(o), 1);
-    s.add(base + detail::f_latency_sum, ns);
-    tags_[tag.value].hist->record_corrected(ns,
-                                            static_cast<std::uint64_t>(options_.expected_interval.count()));
+    s.add(base + detail::f_latency_sum, sum);
   }
 
   /// @brief Records a cache hit that saved what an average miss of this tag costs (its busy time per item).
@@ -294,6 +302,7 @@ class ledger {
       r.busy_by_device.assign(sum.begin() + static_cast<std::ptrdiff_t>(t * stride_ + detail::f_fixed_count),
                               sum.begin() + static_cast<std::ptrdiff_t>((t + 1) * stride_));
       r.hist = tags_[t].hist->snapshot();
+      r.hist.sum = r.c[detail::f_latency_sum];
     }
     raw.devices = devices_;
     for (std::size_t d = 0; d < nd; ++d)
