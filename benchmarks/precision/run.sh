@@ -43,7 +43,7 @@ if command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null | grep -q '^GPU
   gpu=AUTO
 fi
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DFRUGAL_ENABLE_CUDA=$gpu -DFRUGAL_BUILD_TESTS=OFF \
-  -DFRUGAL_BUILD_EXAMPLES=OFF -DFRUGAL_BUILD_BENCHMARKS=ON >"$out/configure.log"
+  -DFRUGAL_BUILD_EXAMPLES=OFF -DFRUGAL_BUILD_BENCHMARKS=ON >"$build.configure.log"
 cmake --build "$build" -j "$jobs" --target bench_precision
 
 gpu_md=()
@@ -64,6 +64,9 @@ args=(--benchmark_repetitions="$reps" --benchmark_report_aggregates_only=true --
 "$build/benchmarks/bench_precision" "${args[@]}" | tee "$out/cpu.txt"
 
 commit=$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)
-[[ -z $(git -C "$root" status --porcelain -- benchmarks/precision include 2>/dev/null) ]] || commit="$commit (+ uncommitted changes)"
+# Name what the commit does not contain, so the figures can be traced to their code.
+dirty=$(git -C "$root" status --porcelain -- include benchmarks/precision.cmake benchmarks/precision \
+  ':!benchmarks/precision/results' 2>/dev/null | awk '{print $2}' | cut -d/ -f1-3 | sort -u | tr '\n' ' ')
+[[ -z $dirty ]] || commit="$commit, plus uncommitted ${dirty% }"
 "$python" "$here/plot.py" --cpu "$out/cpu.json" "${gpu_md[@]}" --out "$out" --commit "$commit" \
   --command "benchmarks/precision/run.sh $1"
