@@ -2,7 +2,7 @@
 // (no Google Benchmark, so it runs on a bare CUDA machine): CUDA events around CUDA-graph replays of many
 // launches, median of the replays, rotating over input sets larger than the L2 so HBM is timed, not the
 // cache.
-//   bench_gpu_gemm [--quick] [--md FILE]
+//   bench_gpu_gemm [--quick] [--sweep] [--md FILE]
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -13,6 +13,7 @@
 #include <cstring>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "frugal/cuda/gemm.cuh"
@@ -145,6 +146,14 @@ struct row {
 };
 std::vector<row> rows;
 
+// Tuning sweeps (--sweep) rerun the same cases with one knob forced and without the baseline.
+struct overrides {
+  fc::gemm_tile tile = fc::gemm_tile::automatic;
+  int split_k = 0, block_n = 0;
+  bool baseline = true;
+  std::string tag;
+} ov;
+
 double floor_us(const row& r) { return 1e6 * std::max(r.bytes / hbm_bytes_per_s, r.ops / r.ops_per_s); }
 
 void print_row(FILE* f, const row& r) {
@@ -191,7 +200,8 @@ void bench_w8a8(int m, int n, int k, cudaStream_t st, fc::cublaslt_context& lt, 
                                    .scale_b = sc.f.data(),
                                    .c = c[s].data(),
                                    .ldc = n,
-                                   .c_type = fc::dtype::f16};
+                                   .c_type = fc::dtype::f16,
+                                   .tile = ov.tile};
   };
   auto quant = [&](int s) {
     return fc::quantize_rows_arguments{.m = m,
@@ -211,10 +221,12 @@ void bench_w8a8(int m, int n, int k, cudaStream_t st, fc::cublaslt_context& lt, 
         "LT int8->s32"};
   g.ours = time_launches([&](int s, cudaStream_t t) { return static_cast<bool>(fc::run(args(s), t)); }, sets,
                          st, quick);
-  if (lt_ok)
+  if (lt_ok && ov.baseline)
     g.theirs = time_launches(
         [&](int s, cudaStream_t t) { return static_cast<bool>(base.run_gemm(args(s), t)); }, sets, st, quick);
+  g.note += ov.tag;
   rows.push_back(g);
+  if (!ov.baseline) return;
   row e{"w8a8 end2end",         m, n, k, {}, {}, double(x_b + b_b + c_b), 2.0 * m * n * k, int8_ops_per_s,
         "quant+LT int8+dequant"};
   e.ours = time_launches([&](int s, cudaStream_t t) { return fc::run(quant(s), t) && fc::run(args(s), t); },
@@ -244,14 +256,16 @@ void bench_f16(int m, int n, int k, cudaStream_t st, fc::cublaslt_context& lt, b
                                   .ldb = k,
                                   .c = c[s].data(),
                                   .ldc = n,
-                                  .c_type = fc::dtype::f16};
+                                  .c_type = fc::dtype::f16,
+                                  .tile = ov.tile};
   };
   fc::cublaslt_gemm_f16 base;
   const fc::status bs = base.initialize(lt, args(0));
   row r{"f16 gemm", m, n, k, {}, {}, 2.0 * (a_e + b_e + c_e), 2.0 * m * n * k, f16_ops_per_s, "LT f16"};
   r.ours = time_launches([&](int s, cudaStream_t t) { return static_cast<bool>(fc::run(args(s), t)); }, sets,
                          st, quick);
-  if (bs)
+  r.note += ov.tag;
+  if (bs && ov.baseline)
     r.theirs = time_launches([&](int s, cudaStream_t t) { return static_cast<bool>(base.run(args(s), t)); },
                              sets, st, quick);
   rows.push_back(r);
@@ -271,9 +285,9 @@ void bench_weight_only(bool int4, int m, int n, int k, cudaStream_t st, fc::cubl
     x.emplace_back(x_e, 41u * s + 2, false);
     c.emplace_back(c_e * 2, 43u * s + 3);
   }
-  for (int s = 0; s < lt_sets; ++s) wh.emplace_back(std::size_t(n) * k, 47u * s + 5, false);
+  for (int s = 0; ov.baseline && s < lt_sets; ++s) wh.emplace_back(std::size_t(n) * k, 47u * s + 5, false);
   scales sc(int4 ? std::size_t(n) * (k / g) : std::size_t(n));
-  int split = 0;
+  int split = 0, block_n = 0;
   std::size_t ws_bytes = 0;
   fc::device_info dev;
   check(fc::query_device(dev), "query_device");
@@ -286,7 +300,9 @@ void bench_weight_only(bool int4, int m, int n, int k, cudaStream_t st, fc::cubl
                               .ldw = k,
                               .scale = sc.f.data(),
                               .c = c[0].data(),
-                              .ldc = n};
+                              .ldc = n,
+                              .split_k = ov.split_k,
+                              .block_n = ov.block_n};
   fc::gemm_w4a16_arguments a4{.m = m,
                               .n = n,
                               .k = k,
@@ -297,12 +313,16 @@ void bench_weight_only(bool int4, int m, int n, int k, cudaStream_t st, fc::cubl
                               .group_size = g,
                               .scale = sc.h.data(),
                               .c = c[0].data(),
-                              .ldc = n};
+                              .ldc = n,
+                              .split_k = ov.split_k,
+                              .block_n = ov.block_n};
   if (int4) {
     split = fc::resolved_split_k(a4, dev);
+    block_n = fc::resolved_block_n(a4);
     ws_bytes = fc::get_workspace_size(a4, dev);
   } else {
     split = fc::resolved_split_k(a8, dev);
+    block_n = fc::resolved_block_n(a8);
     ws_bytes = fc::get_workspace_size(a8, dev);
   }
   fc::device_buffer<unsigned char> ws(std::max<std::size_t>(ws_bytes, 16));
@@ -337,7 +357,7 @@ void bench_weight_only(bool int4, int m, int n, int k, cudaStream_t st, fc::cubl
                                   .ldc = n,
                                   .c_type = fc::dtype::f16};
   };
-  const fc::status bs = base.initialize(lt, largs(0));
+  const fc::status bs = ov.baseline ? base.initialize(lt, largs(0)) : fc::status::ok();
   row r{int4 ? "w4a16 g128" : "w8a16",
         m,
         n,
@@ -347,9 +367,9 @@ void bench_weight_only(bool int4, int m, int n, int k, cudaStream_t st, fc::cubl
         double(w_b + s_b + 2 * x_e + 2 * c_e),
         2.0 * m * n * k,
         f16_ops_per_s,
-        "LT f16 (fp16 W), split " + std::to_string(split)};
+        "LT f16 (fp16 W); split " + std::to_string(split) + ", rows/block " + std::to_string(block_n)};
   r.ours = time_launches(launch, sets, st, quick);
-  if (bs)
+  if (bs && ov.baseline)
     r.theirs = time_launches([&](int s, cudaStream_t t) { return static_cast<bool>(base.run(largs(s), t)); },
                              lt_sets, st, quick);
   rows.push_back(r);
@@ -371,10 +391,11 @@ double measure_copy_bandwidth(cudaStream_t st) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool quick = false;
+  bool quick = false, sweep = false;
   const char* md = nullptr;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--quick")) quick = true;
+    if (!std::strcmp(argv[i], "--sweep")) sweep = true;
     if (!std::strcmp(argv[i], "--md") && i + 1 < argc) md = argv[++i];
   }
   if (fc::device_count() == 0) {
@@ -394,6 +415,39 @@ int main(int argc, char** argv) {
               prop.name, prop.major, prop.minor, prop.multiProcessorCount, prop.l2CacheSize >> 20, driver,
               runtime, copy_bw * 1e-12);
   std::fflush(stdout);
+
+  if (sweep) {
+    // The data the dispatcher's and the kernels' defaults should come from: tiles by M, and rows per block x
+    // split-K for the weight-only kernels. Ours only.
+    ov.baseline = false;
+    for (int m : {16, 64, 128, 256, 1024})
+      for (fc::gemm_tile t : {fc::gemm_tile::small, fc::gemm_tile::large}) {
+        ov.tile = t;
+        ov.tag = t == fc::gemm_tile::small ? " [tile 32x64]" : " [tile 128x128]";
+        bench_w8a8(m, 4096, 4096, stream, lt, true);
+        bench_f16(m, 4096, 4096, stream, lt, true);
+      }
+    ov.tile = fc::gemm_tile::automatic;
+    for (bool int4 : {false, true})
+      for (int m : {1, 16})
+        for (const auto& nk : {std::pair{8192, 8192}, std::pair{4096, 14336}})
+          for (int bn : {32, 64})
+            for (int sk : {1, 2, 4, 8, 0}) {
+              ov.block_n = bn;
+              ov.split_k = sk;
+              ov.tag = sk == 0 ? " [auto split]" : "";
+              bench_weight_only(int4, m, nk.first, nk.second, stream, lt, true);
+            }
+    std::printf("\nsweep (ours only)\n\n");
+    print_table(stdout);
+    if (md) {
+      if (FILE* f = std::fopen(md, "w")) {
+        print_table(f);
+        std::fclose(f);
+      }
+    }
+    return failed ? 1 : 0;
+  }
 
   const int big[] = {4096, 8192};
   for (int s : big) bench_w8a8(s, s, s, stream, lt, quick);

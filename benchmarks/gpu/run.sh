@@ -53,14 +53,20 @@ if command -v cuobjdump >/dev/null && [[ -x "$bench" ]]; then
 fi
 
 bench_rc="not built"
+sweep_rc="not run"
 if [[ -x "$bench" ]]; then
-  timeout 420 "$bench" --md "$logdir/bench.md" >"$logdir/bench.log" 2>&1
+  timeout 360 "$bench" --md "$logdir/bench.md" >"$logdir/bench.log" 2>&1
   bench_rc=$?
+  # Tuning data for the defaults (tiles by M, rows per block x split-K); skipped with SWEEP=0.
+  if [[ "${SWEEP:-1}" != 0 ]]; then
+    timeout 180 "$bench" --sweep --md "$logdir/sweep.md" >"$logdir/sweep.log" 2>&1
+    sweep_rc=$?
+  fi
 fi
 
 echo
 echo "== GPU: $(tail -n +2 "$logdir/gpu.txt" 2>/dev/null | head -1)   commit $(cat "$logdir/commit.txt" 2>/dev/null)"
 for t in "${tests[@]}"; do printf '%-24s %s\n' "$t" "${result[$t]}"; done
-echo "bench_gpu_gemm exit: $bench_rc (full log $logdir/bench.log)"
+echo "bench_gpu_gemm exit: $bench_rc (full log $logdir/bench.log); sweep exit: $sweep_rc ($logdir/sweep.md)"
 [[ -f "$logdir/bench.md" ]] && cat "$logdir/bench.md"
 echo "total $(( $(date +%s) - start )) s"

@@ -169,6 +169,23 @@ TEST_CASE("gemm_w8a8: can_implement names each unsupported problem") {
   }
 }
 
+TEST_CASE("mma.sync GEMMs: small M or too few large tiles pick the 32x64 tile, unless a tile is forced") {
+  auto a = w8a8();
+  CHECK(fc::selected_tile(a, hopper) == fc::gemm_tile::small);  // M = 16
+  a.m = a.n = 4096;
+  CHECK(fc::selected_tile(a, hopper) == fc::gemm_tile::large);  // 1024 large tiles
+  a.n = 256;
+  CHECK(fc::selected_tile(a, hopper) == fc::gemm_tile::small);  // 64 large tiles < 132 SMs
+  a.tile = fc::gemm_tile::large;
+  CHECK(fc::selected_tile(a, hopper) == fc::gemm_tile::large);
+  auto f = f16();
+  f.m = 65;
+  f.n = 128 * 132;
+  CHECK(fc::selected_tile(f, hopper) == fc::gemm_tile::large);
+  f.tile = fc::gemm_tile::small;
+  CHECK(fc::selected_tile(f, hopper) == fc::gemm_tile::small);
+}
+
 TEST_CASE("gemm_f16: can_implement checks types, K and alignment") {
   CHECK(code(f16()) == fc::status_code::success);
   auto a = f16();
@@ -254,18 +271,26 @@ TEST_CASE("gemm_w8a16 and gemm_w4a16: can_implement checks groups, types and wor
     a.k = 8192;
     a.n = 8192;
     a.split_k = 0;
+    CHECK(fc::resolved_block_n(a) == 64);
     const int s = fc::resolved_split_k(a, hopper);
-    CHECK(s >= 2);  // 256 blocks of 32 rows are too few for 4 per SM on 132 SMs
-    CHECK((8192 / 32) * s >= 4 * 132);
+    CHECK(s >= 2);  // 128 blocks of 64 rows are too few for 4 per SM on 132 SMs
+    CHECK((8192 / 64) * s >= 4 * 132);
+    a.block_n = 32;
+    CHECK(fc::resolved_split_k(a, hopper) * (8192 / 32) >= 4 * 132);
+    a.block_n = 0;
     a.n = 4096;
     a.k = 128;
     CHECK(fc::resolved_split_k(a, hopper) == 1);  // one K step: nothing to split
     a.k = 14336;
-    a.n = 4096;
     a.m = 64;
     const int s64 = fc::resolved_split_k(a, hopper);
     CHECK(s64 >= 1);
     CHECK(s64 <= 16);
+    a.n = 1000;
+    CHECK(fc::resolved_block_n(a) == 32);  // small N keeps more blocks
+    a.block_n = 48;
+    CHECK(code(a) == fc::status_code::invalid_problem);
+    CHECK(message(a).find("block_n 48") != std::string::npos);
     auto b = w8a16();
     b.split_k = 100;
     CHECK(fc::resolved_split_k(b, hopper) == 1);  // K = 64 is one step

@@ -178,6 +178,19 @@ TEST_CASE("gemm_w8a8: int32 accumulators are bit-exact against the host and cuBL
       }
     CHECK(bad == 0);
 
+    // The other tile must agree bit for bit (the automatic choice covers only one of them per shape).
+    fc::device_info dev;
+    REQUIRE(static_cast<bool>(fc::query_device(dev)));
+    auto other = args;
+    other.tile =
+        fc::selected_tile(args, dev) == fc::gemm_tile::small ? fc::gemm_tile::large : fc::gemm_tile::small;
+    fc::device_buffer<std::int32_t> d2(c.size());
+    d2.fill_bytes(0x7F);
+    other.c = d2.data();
+    REQUIRE(fc::run(other).str() == "success");
+    REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+    CHECK(to_host(d2) == c);
+
     fc::cublaslt_gemm_w8a8 base;
     fc::device_buffer<std::int32_t> dl(c.size());
     dl.fill_bytes(0x7F);
@@ -400,7 +413,8 @@ std::vector<T> random_half(std::size_t n, float lo, float hi, std::vector<float>
 }
 
 template <class T>
-void check_f16_gemm(shape s, fc::dtype out, bool epilogue, fc::cublaslt_context& lt) {
+void check_f16_gemm(shape s, fc::dtype out, bool epilogue, fc::cublaslt_context& lt,
+                    fc::gemm_tile tile = fc::gemm_tile::automatic) {
   constexpr fc::dtype ab = std::is_same_v<T, __half> ? fc::dtype::f16 : fc::dtype::bf16;
   CAPTURE(s.m);
   CAPTURE(s.n);
@@ -435,6 +449,7 @@ void check_f16_gemm(shape s, fc::dtype out, bool epilogue, fc::cublaslt_context&
                               .c = dc.data(),
                               .ldc = s.n,
                               .c_type = out};
+  args.tile = tile;
   const fc::status st = fc::run(args);
   REQUIRE_MESSAGE(st, st.str());
   REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
@@ -490,18 +505,20 @@ TEST_CASE("gemm_f16: fp16 and bf16 match the host and cuBLASLt" * FRUGAL_NEEDS_G
   check_f16_gemm<__half>({1, 8192, 8192}, fc::dtype::f16, false, lt);
   check_f16_gemm<__half>({3, 200, 72}, fc::dtype::f32, true, lt);
   check_f16_gemm<__half>({17, 1000, 1000}, fc::dtype::f16, false, lt);
-  check_f16_gemm<__half>({128, 520, 4096}, fc::dtype::f16, true, lt);
+  check_f16_gemm<__half>({128, 520, 4096}, fc::dtype::f16, true, lt, fc::gemm_tile::large);
   check_f16_gemm<__half>({4096, 4096, 4096}, fc::dtype::f16, false, lt);
   check_f16_gemm<__nv_bfloat16>({7, 4096, 4096}, fc::dtype::bf16, false, lt);
   check_f16_gemm<__nv_bfloat16>({1024, 1032, 2056}, fc::dtype::f32, true, lt);
   check_f16_gemm<__nv_bfloat16>({64, 64, 8192}, fc::dtype::bf16, false, lt);
+  check_f16_gemm<__nv_bfloat16>({300, 1000, 1024}, fc::dtype::bf16, false, lt, fc::gemm_tile::large);
+  check_f16_gemm<__half>({2048, 2048, 1024}, fc::dtype::f32, true, lt, fc::gemm_tile::small);
 }
 
 namespace {
 // Weight-only: the reference is float64 on the dequantised weights; the check is the relative error norm.
 template <class T>
 void check_weight_only(shape s, bool int4, int group, bool asym, int split_k, fc::dtype out,
-                       fc::cublaslt_context* lt) {
+                       fc::cublaslt_context* lt, int block_n = 0) {
   constexpr fc::dtype xt = std::is_same_v<T, __half> ? fc::dtype::f16 : fc::dtype::bf16;
   CAPTURE(s.m);
   CAPTURE(s.n);
@@ -510,6 +527,7 @@ void check_weight_only(shape s, bool int4, int group, bool asym, int split_k, fc
   CAPTURE(group);
   CAPTURE(asym);
   CAPTURE(split_k);
+  CAPTURE(block_n);
   CAPTURE(fc::to_string(xt));
   std::vector<float> xf;
   auto x = random_half<T>(static_cast<std::size_t>(s.m) * s.k, -1.0f, 1.0f, xf);
@@ -572,7 +590,8 @@ void check_weight_only(shape s, bool int4, int group, bool asym, int split_k, fc
                                   .c = dc.data(),
                                   .ldc = s.n,
                                   .c_type = out,
-                                  .split_k = split_k};
+                                  .split_k = split_k,
+                                  .block_n = block_n};
     fc::device_buffer<unsigned char> ws(std::max<std::size_t>(fc::get_workspace_size(args), 1));
     args.workspace = ws.data();
     args.workspace_bytes = ws.size();
@@ -594,7 +613,8 @@ void check_weight_only(shape s, bool int4, int group, bool asym, int split_k, fc
                                   .c = dc.data(),
                                   .ldc = s.n,
                                   .c_type = out,
-                                  .split_k = split_k};
+                                  .split_k = split_k,
+                                  .block_n = block_n};
     fc::device_buffer<unsigned char> ws(std::max<std::size_t>(fc::get_workspace_size(args), 1));
     args.workspace = ws.data();
     args.workspace_bytes = ws.size();
@@ -663,10 +683,10 @@ TEST_CASE("gemm_w8a16: within 1e-2 relative error of the dequantised reference, 
   REQUIRE(lt.initialize().str() == "success");
   check_weight_only<__half>({1, 8192, 8192}, false, 0, false, 0, fc::dtype::f16, &lt);
   check_weight_only<__half>({2, 200, 208}, false, 0, false, 1, fc::dtype::f32, &lt);
-  check_weight_only<__half>({7, 1000, 1008}, false, 0, false, 3, fc::dtype::f16, nullptr);
+  check_weight_only<__half>({7, 1000, 1008}, false, 0, false, 3, fc::dtype::f16, nullptr, 64);
   check_weight_only<__half>({16, 4096, 14336}, false, 0, false, 0, fc::dtype::f16, &lt);
   check_weight_only<__half>({17, 520, 4096}, false, 0, false, 0, fc::dtype::f16, nullptr);
-  check_weight_only<__nv_bfloat16>({3, 4096, 4096}, false, 0, false, 0, fc::dtype::bf16, nullptr);
+  check_weight_only<__nv_bfloat16>({3, 4096, 4096}, false, 0, false, 0, fc::dtype::bf16, nullptr, 32);
   check_weight_only<__nv_bfloat16>({64, 264, 1024}, false, 0, false, 2, fc::dtype::f32, nullptr);
 }
 
@@ -677,10 +697,10 @@ TEST_CASE("gemm_w4a16: symmetric and asymmetric groups, within 1e-2 relative err
   check_weight_only<__half>({1, 8192, 8192}, true, 128, false, 0, fc::dtype::f16, &lt);
   check_weight_only<__half>({1, 4096, 14336}, true, 64, true, 0, fc::dtype::f16, &lt);
   check_weight_only<__half>({2, 200, 256}, true, 32, false, 1, fc::dtype::f32, nullptr);
-  check_weight_only<__half>({7, 1000, 1024}, true, 64, false, 5, fc::dtype::f16, nullptr);
+  check_weight_only<__half>({7, 1000, 1024}, true, 64, false, 5, fc::dtype::f16, nullptr, 64);
   check_weight_only<__half>({16, 4096, 4096}, true, 128, true, 0, fc::dtype::f16, &lt);
   check_weight_only<__half>({17, 520, 2048}, true, 128, false, 0, fc::dtype::f32, nullptr);
-  check_weight_only<__nv_bfloat16>({3, 4096, 4096}, true, 128, false, 0, fc::dtype::bf16, nullptr);
+  check_weight_only<__nv_bfloat16>({3, 4096, 4096}, true, 128, false, 0, fc::dtype::bf16, nullptr, 32);
   check_weight_only<__nv_bfloat16>({128, 264, 1024}, true, 64, true, 2, fc::dtype::f32, nullptr);
 }
 

@@ -50,6 +50,10 @@ inline std::size_t size_of(dtype t) noexcept {
 /// @brief The activation applied after scale and bias; gelu is the tanh approximation.
 enum class activation { none, relu, gelu };
 
+/// @brief The thread-block tile of the mma.sync GEMMs: 128×128 (8 warps) or 32×64 (4 warps, for small M or
+/// too few large tiles to fill the SMs). `automatic` picks by shape; the others are for tuning sweeps.
+enum class gemm_tile { automatic, large, small };
+
 /// @brief W8A8: C = act((acc - zero_a[m]*colsum_b[n]) * scale_a[m] * scale_b[n] + bias[n]), acc = sum_k
 /// A[m][k]*B[n][k] exact in int32. A is M×K row-major int8 (activations), B is N×K row-major int8 (weights,
 /// K-major). With `c_type == dtype::s32` the raw int32 accumulators are written and the epilogue fields are
@@ -69,6 +73,7 @@ struct gemm_w8a8_arguments {
   void* c = nullptr;
   int ldc = 0;                ///< elements
   dtype c_type = dtype::f16;  ///< f32, f16, bf16 or s32
+  gemm_tile tile = gemm_tile::automatic;
 };
 
 /// @brief fp16/bf16 GEMM with fp32 accumulation: C = act(alpha * acc * scale_a[m] * scale_b[n] + bias[n]);
@@ -88,6 +93,7 @@ struct gemm_f16_arguments {
   void* c = nullptr;
   int ldc = 0;
   dtype c_type = dtype::f16;  ///< f32, f16 or bf16
+  gemm_tile tile = gemm_tile::automatic;
 };
 
 /// @brief W8A16 weight-only: C = act(sum_k X[m][k] * W[n][k] * scale[n] + bias[n]). X is M×K fp16/bf16
@@ -106,6 +112,7 @@ struct gemm_w8a16_arguments {
   int ldc = 0;
   dtype c_type = dtype::f16;  ///< f32, or the same as x_type
   int split_k = 0;            ///< K slices reduced through the workspace; 0 picks one for the device
+  int block_n = 0;            ///< weight rows per block, 32 or 64; 0 picks by N
   void* workspace = nullptr;  ///< get_workspace_size(args) bytes when split_k resolves to more than 1
   std::size_t workspace_bytes = 0;
 };
@@ -130,6 +137,7 @@ struct gemm_w4a16_arguments {
   int ldc = 0;
   dtype c_type = dtype::f16;
   int split_k = 0;
+  int block_n = 0;
   void* workspace = nullptr;
   std::size_t workspace_bytes = 0;
 };

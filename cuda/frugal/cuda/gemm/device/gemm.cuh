@@ -124,9 +124,14 @@ inline bool use_small_tile(int m, int n, const device_info& dev) {
   return m <= 64 || tiles < dev.sm_count;
 }
 
-inline status current_device(device_info& dev) { return query_device(dev); }
-
 }  // namespace detail
+
+/// @brief The tile run() uses for `a` on `dev` (never automatic).
+template <class Args>
+inline gemm_tile selected_tile(const Args& a, const device_info& dev) {
+  if (a.tile != gemm_tile::automatic) return a.tile;
+  return detail::use_small_tile(a.m, a.n, dev) ? gemm_tile::small : gemm_tile::large;
+}
 
 /// @brief Whether gemm_w8a8 can run `args` on a device like `dev`.
 inline status can_implement(const gemm_w8a8_arguments& a, const device_info& dev) {
@@ -181,28 +186,42 @@ inline status check_weight_only_common(const char* op, const Args& a) {
                     to_string(a.x_type));
   if (auto s = check_problem(op, a.m, a.n, a.k); !s) return s;
   if (a.split_k < 0) return fail(status_code::invalid_problem, op, "split_k must be >= 0 (0 picks one)");
+  if (a.block_n != 0 && a.block_n != 32 && a.block_n != 64)
+    return fail(status_code::invalid_problem, op,
+                "block_n " + std::to_string(a.block_n) + " is not 32 or 64 (0 picks one)");
   return status::ok();
 }
 
+// 64 rows per block put 8 × 16 B per lane in flight; small N keeps 32 so that there are enough blocks.
+inline int resolve_block_n(int requested, int n) {
+  return requested != 0 ? requested : (n >= 2048 ? 64 : 32);
+}
+
 template <bool Int4>
-inline int resolve_split_k(int requested, int m, int n, int k, const device_info& dev) {
-  using cfg = kernel::weight_only_config<Int4>;
+inline int resolve_split_k(int requested, int m, int n, int k, int block_n, const device_info& dev) {
+  using cfg = kernel::weight_only_config<Int4, 4>;
   const int steps = (k + cfg::step_k - 1) / cfg::step_k;
   const int max_split = std::max(1, steps / cfg::warps);  // every warp gets at least one step
   if (requested > 0) return std::min(requested, max_split);
-  const long tiles = static_cast<long>((n + cfg::block_n - 1) / cfg::block_n) * ((m + 15) / 16);
+  const long tiles = static_cast<long>((n + block_n - 1) / block_n) * ((m + 15) / 16);
   const long want = 4L * std::max(dev.sm_count, 1);  // ~16 resident warps per SM keep enough bytes in flight
   const long split = (want + tiles - 1) / tiles;
   return static_cast<int>(std::clamp<long>(split, 1, std::min(16, max_split)));
 }
 }  // namespace detail
 
+/// @brief The weight rows per block run() will use (32 or 64).
+template <class Args>
+inline int resolved_block_n(const Args& a) {
+  return detail::resolve_block_n(a.block_n, a.n);
+}
+
 /// @brief The split-K factor run() will use.
 inline int resolved_split_k(const gemm_w8a16_arguments& a, const device_info& dev) {
-  return detail::resolve_split_k<false>(a.split_k, a.m, a.n, a.k, dev);
+  return detail::resolve_split_k<false>(a.split_k, a.m, a.n, a.k, resolved_block_n(a), dev);
 }
 inline int resolved_split_k(const gemm_w4a16_arguments& a, const device_info& dev) {
-  return detail::resolve_split_k<true>(a.split_k, a.m, a.n, a.k, dev);
+  return detail::resolve_split_k<true>(a.split_k, a.m, a.n, a.k, resolved_block_n(a), dev);
 }
 
 /// @brief Bytes of workspace run() needs (0 without split-K).
@@ -317,7 +336,7 @@ inline status run(const gemm_w8a8_arguments& a, cudaStream_t stream = nullptr) {
           .ldc = a.ldc,
           .c_type = a.c_type,
           .pair_store = detail::pair_store_ok(a.c, a.ldc, a.c_type)};
-  if (detail::use_small_tile(a.m, a.n, dev)) {
+  if (selected_tile(a, dev) == gemm_tile::small) {
     using C = kernel::tile_small;
     return detail::launch_tn<C>("gemm_s8s8_s32_tensorop_sm80<32x64>", kernel::gemm_s8s8_s32_tensorop_sm80<C>,
                                 p, stream);
@@ -351,7 +370,7 @@ inline status run(const gemm_f16_arguments& a, cudaStream_t stream = nullptr) {
           .ldc = a.ldc,
           .c_type = a.c_type,
           .pair_store = detail::pair_store_ok(a.c, a.ldc, a.c_type)};
-  const bool small = detail::use_small_tile(a.m, a.n, dev);
+  const bool small = selected_tile(a, dev) == gemm_tile::small;
   if (a.ab_type == dtype::bf16) {
     if (small) {
       using C = kernel::tile_small;
@@ -373,12 +392,34 @@ inline status run(const gemm_f16_arguments& a, cudaStream_t stream = nullptr) {
 }
 
 namespace detail {
+template <bool Int4, int NTiles, class X>
+inline const void* weight_only_kernel() {
+  if constexpr (Int4)
+    return reinterpret_cast<const void*>(kernel::gemm_w4a16_tensorop_sm80<X, NTiles>);
+  else
+    return reinterpret_cast<const void*>(kernel::gemm_w8a16_tensorop_sm80<X, NTiles>);
+}
+
+template <bool Int4, int NTiles, class X>
+inline status launch_weight_only(const char* op, const kernel::weight_only_params& p, cudaStream_t stream) {
+  using cfg = kernel::weight_only_config<Int4, NTiles>;
+  if (auto s = check_launch_image(op, weight_only_kernel<Int4, NTiles, X>()); !s) return s;
+  const dim3 grid((p.n + cfg::block_n - 1) / cfg::block_n, p.splits, (p.m + 15) / 16);
+  if (grid.z > 65535u) return fail(status_code::invalid_problem, op, "M is too large for the grid");
+  if constexpr (Int4)
+    kernel::gemm_w4a16_tensorop_sm80<X, NTiles><<<grid, cfg::threads, 0, stream>>>(p);
+  else
+    kernel::gemm_w8a16_tensorop_sm80<X, NTiles><<<grid, cfg::threads, 0, stream>>>(p);
+  return launch_status(op);
+}
+
 template <bool Int4, class Args>
 inline status run_weight_only(const char* op, const Args& a, kernel::weight_only_params p,
                               const device_info& dev, cudaStream_t stream) {
-  using cfg = kernel::weight_only_config<Int4>;
+  using cfg = kernel::weight_only_config<Int4, 4>;
   const int steps = (a.k + cfg::step_k - 1) / cfg::step_k;
-  const int split = resolve_split_k<Int4>(a.split_k, a.m, a.n, a.k, dev);
+  const int block_n = resolved_block_n(a);
+  const int split = resolved_split_k(a, dev);
   p.splits = split;
   p.steps_per_split = (steps + split - 1) / split;
   p.partial = static_cast<float*>(a.workspace);
@@ -393,30 +434,15 @@ inline status run_weight_only(const char* op, const Args& a, kernel::weight_only
           .ldc = a.ldc,
           .c_type = a.c_type,
           .pair_store = false};
-  const dim3 grid((a.n + cfg::block_n - 1) / cfg::block_n, split, (a.m + 15) / 16);
-  if (grid.z > 65535u) return fail(status_code::invalid_problem, op, "M is too large for the grid");
   const bool bf16 = a.x_type == dtype::bf16;
-  const void* k_ptr;
-  if constexpr (Int4) {
-    k_ptr = bf16 ? reinterpret_cast<const void*>(kernel::gemm_w4a16_tensorop_sm80<__nv_bfloat16>)
-                 : reinterpret_cast<const void*>(kernel::gemm_w4a16_tensorop_sm80<__half>);
-  } else {
-    k_ptr = bf16 ? reinterpret_cast<const void*>(kernel::gemm_w8a16_tensorop_sm80<__nv_bfloat16>)
-                 : reinterpret_cast<const void*>(kernel::gemm_w8a16_tensorop_sm80<__half>);
-  }
-  if (auto s = check_launch_image(op, k_ptr); !s) return s;
-  if constexpr (Int4) {
-    if (bf16)
-      kernel::gemm_w4a16_tensorop_sm80<__nv_bfloat16><<<grid, cfg::threads, 0, stream>>>(p);
-    else
-      kernel::gemm_w4a16_tensorop_sm80<__half><<<grid, cfg::threads, 0, stream>>>(p);
-  } else {
-    if (bf16)
-      kernel::gemm_w8a16_tensorop_sm80<__nv_bfloat16><<<grid, cfg::threads, 0, stream>>>(p);
-    else
-      kernel::gemm_w8a16_tensorop_sm80<__half><<<grid, cfg::threads, 0, stream>>>(p);
-  }
-  if (auto s = launch_status(op); !s) return s;
+  status s;
+  if (block_n == 64)
+    s = bf16 ? launch_weight_only<Int4, 8, __nv_bfloat16>(op, p, stream)
+             : launch_weight_only<Int4, 8, __half>(op, p, stream);
+  else
+    s = bf16 ? launch_weight_only<Int4, 4, __nv_bfloat16>(op, p, stream)
+             : launch_weight_only<Int4, 4, __half>(op, p, stream);
+  if (!s) return s;
   if (split > 1) {
     const long total = static_cast<long>(a.m) * a.n;
     const int blocks = static_cast<int>(std::min<long>((total + 255) / 256, 8L * dev.sm_count));

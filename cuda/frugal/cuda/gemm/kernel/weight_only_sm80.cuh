@@ -20,11 +20,11 @@
 FRUGAL_BEGIN_NAMESPACE
 namespace cuda::kernel {
 
-template <bool Int4>
+template <bool Int4, int NTiles>
 struct weight_only_config {
   static constexpr int warps = 4;
   static constexpr int threads = warps * 32;
-  static constexpr int n_tiles = 4;              // 8-row n-fragments per warp
+  static constexpr int n_tiles = NTiles;         // 8-row n-fragments per warp, each 16 B per lane in flight
   static constexpr int block_n = n_tiles * 8;    // weight rows per block
   static constexpr int lane_k = Int4 ? 32 : 16;  // k elements in one lane's 16-byte weight load
   static constexpr int step_k = 4 * lane_k;      // k covered by one warp iteration
@@ -116,9 +116,9 @@ __device__ __forceinline__ uint4 load_stream_or_zero(const void* p, bool valid) 
   return valid ? __ldcs(static_cast<const uint4*>(p)) : make_uint4(0, 0, 0, 0);
 }
 
-template <class X, bool Int4>
+template <class X, bool Int4, int NTiles>
 __device__ __forceinline__ void weight_only_body(const weight_only_params& p) {
-  using cfg = weight_only_config<Int4>;
+  using cfg = weight_only_config<Int4, NTiles>;
   using xt = x_traits<X>;
   __shared__ float red[cfg::warps][cfg::n_tiles * 4][32];
 
@@ -234,19 +234,19 @@ __device__ __forceinline__ void weight_only_body(const weight_only_params& p) {
   }
 }
 
-template <class X>
+template <class X, int NTiles>
 __global__ void __launch_bounds__(128) gemm_w8a16_tensorop_sm80(weight_only_params p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  weight_only_body<X, false>(p);
+  weight_only_body<X, false, NTiles>(p);
 #else
   __trap();
 #endif
 }
 
-template <class X>
+template <class X, int NTiles>
 __global__ void __launch_bounds__(128) gemm_w4a16_tensorop_sm80(weight_only_params p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  weight_only_body<X, true>(p);
+  weight_only_body<X, true, NTiles>(p);
 #else
   __trap();
 #endif
