@@ -138,6 +138,7 @@ class batcher {
     std::uint64_t live_cost = 0;
     std::size_t waiting_workers = 0;
     std::vector<time_point> sleepers;  // when each waiting worker will wake by itself
+    bool wake_pending = false;         // a worker was signalled and has not woken yet
     std::size_t blocked_producers = 0;
     bool closed = false;
     request_id next_id = 1;
@@ -202,6 +203,7 @@ class batcher {
     std::chrono::nanoseconds queue_wait() const noexcept {
       return std::chrono::duration_cast<std::chrono::nanoseconds>(handed_out_ - oldest_);
     }
+    batch_info info() const noexcept { return {id_, size(), bucket_, cost_, max_batch_, queue_wait()}; }
     /// @brief Requests not yet resolved.
     std::size_t pending() const noexcept { return pending_; }
 
@@ -419,7 +421,9 @@ class batcher {
     ++c.live;
     c.live_cost += weight;
     ++c.arrivals;
-    const bool wake = c.waiting_workers > 0 && worker_must_wake(c, now);
+    // Until the signalled worker takes the lock, further signals would only cost system calls.
+    const bool wake = c.waiting_workers > 0 && !c.wake_pending && worker_must_wake(c, now);
+    if (wake) c.wake_pending = true;
     lk.unlock();
     if (wake) c.work_cv.notify_one();
     return id;
@@ -538,6 +542,7 @@ class batcher {
       ++c.waiting_workers;
       c.sleepers.push_back(until);
       wait(c.work_cv, lk, until);
+      c.wake_pending = false;
       auto mine = std::find(c.sleepers.begin(), c.sleepers.end(), until);
       *mine = c.sleepers.back();
       c.sleepers.pop_back();
@@ -988,7 +993,8 @@ class batcher {
 
   // Another worker may find the rest due; a blocked producer may find room. Unlocks lk.
   static void notify_after_cut(core& c, std::unique_lock<std::mutex>& lk) {
-    const bool worker = c.waiting_workers > 0 && c.live > 0;
+    const bool worker = c.waiting_workers > 0 && c.live > 0 && !c.wake_pending;
+    if (worker) c.wake_pending = true;
     const bool producer = c.blocked_producers > 0;
     lk.unlock();
     if (worker) c.work_cv.notify_one();

@@ -546,6 +546,13 @@ TEST_CASE("batcher: window, max_batch and queue limits change at run time for th
   REQUIRE(batch);
   CHECK(batch->size() == 2);
   CHECK(batch->max_batch() == 2);
+  const frugal::batch_info info = batch->info();
+  CHECK(info.size == 2);
+  CHECK(info.bucket == 2);
+  CHECK(info.cost == 2);
+  CHECK(info.max_batch == 2);
+  CHECK(info.queue_wait == 2ms);
+  CHECK(info.id == 1);
   CHECK(error_of(fs.emplace_back(b.submit(3))) == batch_errc::queue_full);
 }
 

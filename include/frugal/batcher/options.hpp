@@ -60,6 +60,19 @@ struct basic_submit_options {
   std::stop_token stop{};
 };
 
+/// @brief What a worker (or a cost ledger) wants to know about one batch, in one plain struct.
+struct batch_info {
+  std::uint64_t id = 0;
+  std::size_t size = 0;
+  /// The allowed size it was cut to (>= size); size when allowed_sizes is empty.
+  std::size_t bucket = 0;
+  std::uint64_t cost = 0;
+  /// max_batch when it was cut, so size / max_batch is its fill ratio.
+  std::size_t max_batch = 0;
+  /// How long its oldest request waited in the queue.
+  std::chrono::nanoseconds queue_wait{0};
+};
+
 /// @brief p50/p90/p99 and max of a latency, from a log-linear histogram (about 6% resolution).
 struct latency_summary {
   std::chrono::nanoseconds p50{0};
