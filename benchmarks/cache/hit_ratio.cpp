@@ -28,7 +28,8 @@ int main(int argc, char** argv) {
   std::printf("%zu keys, %zu requests per trace (scan: plus the scanned keys); hit ratio in %%\n\n", keys,
               requests);
   std::printf("| trace | policy | 0.5%% | 1%% | 5%% | 10%% |\n|---|---|---:|---:|---:|---:|\n");
-  for (const auto& [name, t] : traces) {
+  for (const auto& [trace_name, t] : traces) {
+    const std::string& name = trace_name;  // a lambda below needs a variable, not a binding
     double lru[4], lfu[4], opt[4];
     for (int i = 0; i < 4; ++i) {
       const auto capacity = static_cast<std::size_t>(fractions[i] * static_cast<double>(keys));

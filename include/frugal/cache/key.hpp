@@ -169,7 +169,7 @@ class key_hasher {
       append_length(std::ranges::size(v));
       for (const auto& e : v) append_one(e);
     } else if constexpr (detail::tuple_like<T>) {
-      std::apply([this](const auto&... e) { (append_one(e), ...); }, v);
+      std::apply([this](const auto&... e) { (this->append_one(e), ...); }, v);
     } else {
       static_assert(sizeof(T) == 0,
                     "frugal::key_hasher: this type has no hash; give it a free function "

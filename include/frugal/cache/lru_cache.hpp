@@ -90,7 +90,8 @@ struct cache_options {
   /// The bytes of a value. Defaults to frugal::default_weigher<V> where that is defined; required when
   /// max_bytes is set and it is not.
   std::function<std::size_t(const V&)> weigher{};
-  /// Called for each entry that leaves the cache, outside the shard's lock; it may use the cache.
+  /// Called for each entry that leaves the cache, outside the shard's lock; it may use the cache, and
+  /// it may run on several threads at once.
   std::function<void(const Key&, const std::shared_ptr<const V>&, eviction_cause)> on_evict{};
 };
 
@@ -186,7 +187,8 @@ class lru_cache {
 
   /// @brief The value under key, computing it with fn() on a miss. Concurrent misses on one key run fn
   /// once; the others wait for its result. If fn throws, every waiter gets the exception and nothing is
-  /// cached, so the next call computes again. A result too large to cache is still returned.
+  /// cached, so the next call computes again. A result too large to cache is still returned. fn runs
+  /// outside any lock, but must not itself wait on the same key.
   template <class F>
   pointer get_or_compute(const Key& key, F&& fn, std::chrono::nanoseconds ttl = {}) {
     check_ttl(ttl, "get_or_compute");
