@@ -3,7 +3,7 @@
 # GEMM benchmark too when a CUDA device is present, then draws the PNGs and results.md into <out-dir>.
 #   benchmarks/precision/run.sh <out-dir>
 # Environment: FRUGAL_PRECISION_BUILD (build folder, default build/precision), JOBS (default 2),
-# PYTHON (an interpreter with matplotlib), REPS (repetitions, default 3), MIN_TIME (seconds per repetition, default 0.2), FILTER (a regex).
+# PYTHON (an interpreter with matplotlib), REPS (repetitions, default 5), MIN_TIME (seconds per repetition, default 0.1), FILTER (a regex).
 set -euo pipefail
 
 if [[ $# -ne 1 ]]; then
@@ -16,8 +16,8 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../.." && pwd)
 build=${FRUGAL_PRECISION_BUILD:-$root/build/precision}
 jobs=${JOBS:-2}
-reps=${REPS:-3}
-min_time=${MIN_TIME:-0.2}
+reps=${REPS:-5}
+min_time=${MIN_TIME:-0.1}
 
 # Debian's python3-matplotlib belongs to /usr/bin/python3, which need not be the python3 on PATH.
 python=
@@ -58,7 +58,10 @@ else
   echo "precision: no CUDA device, CPU only" >&2
 fi
 
+# Repetitions run interleaved in random order, so a burst of load from other users of a shared machine
+# lands on one repetition of many benchmarks rather than on every repetition of one.
 args=(--benchmark_repetitions="$reps" --benchmark_report_aggregates_only=true --benchmark_min_time="$min_time"
+  --benchmark_enable_random_interleaving=true
   --benchmark_out="$out/cpu.json" --benchmark_out_format=json)
 [[ -n ${FILTER:-} ]] && args+=(--benchmark_filter="$FILTER")
 "$build/benchmarks/bench_precision" "${args[@]}" | tee "$out/cpu.txt"
