@@ -191,6 +191,11 @@ struct ledger_config {
 
 }  // namespace detail
 
+struct ledger_snapshot;
+namespace detail {
+inline ledger_snapshot derive(std::shared_ptr<const ledger_config> cfg, raw_state now, const raw_state* base);
+}  // namespace detail
+
 /// @brief What the ledger says at one moment, over a window: since the ledger started, or since an earlier
 /// snapshot (see since()). Money is exact (nano-units); ratios are 0..1.
 struct ledger_snapshot {
@@ -221,6 +226,10 @@ struct ledger_snapshot {
   /// @brief The same figures over the window from `earlier` (a snapshot of the same ledger) to this one.
   ledger_snapshot since(const ledger_snapshot& earlier) const;
 
+ private:
+  friend ledger_snapshot detail::derive(std::shared_ptr<const detail::ledger_config>, detail::raw_state,
+                                        const detail::raw_state*);
+  // The ledger's cumulative counters at `at`, kept so that a later snapshot can be cut to the window between.
   std::shared_ptr<const detail::ledger_config> config_;
   detail::raw_state raw_;
 };
