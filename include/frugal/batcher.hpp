@@ -396,7 +396,6 @@ class batcher {
     std::unique_lock lk(c.m, std::defer_lock);
     detail::lock_briefly_spinning(lk);
     check_submit(c, o);
-    const request_id id = c.next_id++;
     ++c.submitted;
     std::optional<batch_errc> err;
     if (c.closed) {
@@ -409,6 +408,8 @@ class batcher {
       err = c.opt.on_overflow == overflow::reject ? std::optional(batch_errc::queue_full)
                                                   : wait_for_room(c, lk, o, now);
     }
+    // Ids are taken in queue order (after any wait for room) so each level stays sorted by id for cancel().
+    const request_id id = c.next_id++;
     if (err) {
       count_failure(c, *err);
       lk.unlock();

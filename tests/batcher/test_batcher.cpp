@@ -786,3 +786,19 @@ TEST_CASE("batcher: submit_light's future delivers results and errors like std::
   { auto dropped = b.submit_light(6); }  // destroyed before it resolves: no leak, no crash
   b.close(frugal::drain::no);
 }
+
+TEST_CASE("batcher: cancel by id finds a request at any priority level") {
+  frugal::manual_clock clk;
+  manual_batcher b{{.window = 1ms, .max_batch = 8, .priority_levels = 3}, clk};
+  std::vector<frugal::ticket<int>> ts;
+  for (int i = 0; i < 9; ++i) ts.push_back(b.submit_ticket(i, {.priority = static_cast<std::size_t>(i % 3)}));
+  CHECK(b.cancel(ts[4].id));
+  CHECK(b.cancel(ts[8].id));
+  CHECK(b.cancel(ts[0].id));
+  CHECK_FALSE(b.cancel(12345));
+  CHECK(b.queue_depth() == 6);
+  clk.advance(1ms);
+  auto batch = b.try_next_batch();
+  REQUIRE(batch);
+  CHECK(requests_of(*batch) == std::vector{2, 5, 1, 7, 3, 6});
+}
