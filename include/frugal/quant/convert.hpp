@@ -1,5 +1,6 @@
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -29,10 +30,29 @@ inline void cvt_bf16_f32_portable(const std::uint16_t* in, float* out, std::size
 }
 
 #if FRUGAL_QUANT_X86
+// Beyond the caches, non-temporal stores skip the read-for-ownership of the output, which is most of
+// the traffic of a widening conversion; below this size the output is better left in cache.
+inline constexpr std::size_t stream_bytes = std::size_t{4} << 20;
+
+template <std::size_t Align, class T>
+std::size_t head_to_align(const T* p, std::size_t n) noexcept {
+  const auto mis = reinterpret_cast<std::uintptr_t>(p) % Align;
+  return std::min(n, mis == 0 ? 0 : (Align - mis) / sizeof(T));
+}
+
 // vcvtps2ph with the rounding immediate is IEEE round-to-nearest-even regardless of MXCSR.
 FRUGAL_QUANT_TARGET_AVX2 inline void cvt_f32_f16_avx2(const float* in, std::uint16_t* out,
                                                       std::size_t n) noexcept {
   std::size_t i = 0;
+  if (n * 2 >= stream_bytes && reinterpret_cast<std::uintptr_t>(out) % 2 == 0) {
+    i = head_to_align<16>(out, n);
+    cvt_f32_f16_portable(in, out, i);
+    for (; i + 8 <= n; i += 8)
+      _mm_stream_si128(
+          reinterpret_cast<__m128i*>(out + i),
+          _mm256_cvtps_ph(_mm256_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    _mm_sfence();
+  }
   for (; i + 8 <= n; i += 8)
     _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i),
                      _mm256_cvtps_ph(_mm256_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
@@ -41,6 +61,13 @@ FRUGAL_QUANT_TARGET_AVX2 inline void cvt_f32_f16_avx2(const float* in, std::uint
 FRUGAL_QUANT_TARGET_AVX2 inline void cvt_f16_f32_avx2(const std::uint16_t* in, float* out,
                                                       std::size_t n) noexcept {
   std::size_t i = 0;
+  if (n * 4 >= stream_bytes) {
+    i = head_to_align<32>(out, n);
+    cvt_f16_f32_portable(in, out, i);
+    for (; i + 8 <= n; i += 8)
+      _mm256_stream_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i))));
+    _mm_sfence();
+  }
   for (; i + 8 <= n; i += 8)
     _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i))));
   cvt_f16_f32_portable(in + i, out + i, n - i);
@@ -67,6 +94,15 @@ FRUGAL_QUANT_TARGET_AVX2 inline void cvt_f32_bf16_avx2(const float* in, std::uin
 FRUGAL_QUANT_TARGET_AVX2 inline void cvt_bf16_f32_avx2(const std::uint16_t* in, float* out,
                                                        std::size_t n) noexcept {
   std::size_t i = 0;
+  if (n * 4 >= stream_bytes) {
+    i = head_to_align<32>(out, n);
+    cvt_bf16_f32_portable(in, out, i);
+    for (; i + 8 <= n; i += 8) {
+      const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i)));
+      _mm256_stream_ps(out + i, _mm256_castsi256_ps(_mm256_slli_epi32(w, 16)));
+    }
+    _mm_sfence();
+  }
   for (; i + 8 <= n; i += 8) {
     const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i)));
     _mm256_storeu_ps(out + i, _mm256_castsi256_ps(_mm256_slli_epi32(w, 16)));
@@ -77,6 +113,19 @@ FRUGAL_QUANT_TARGET_AVX2 inline void cvt_bf16_f32_avx2(const std::uint16_t* in, 
 FRUGAL_QUANT_TARGET_AVX512 inline void cvt_f32_f16_avx512(const float* in, std::uint16_t* out,
                                                           std::size_t n) noexcept {
   std::size_t i = 0;
+  if (n * 2 >= stream_bytes && reinterpret_cast<std::uintptr_t>(out) % 2 == 0) {
+    i = head_to_align<64>(out, n);
+    cvt_f32_f16_portable(in, out, i);
+    for (; i + 32 <= n; i += 32) {
+      const __m256i a =
+          _mm512_cvtps_ph(_mm512_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      const __m256i b =
+          _mm512_cvtps_ph(_mm512_loadu_ps(in + i + 16), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      _mm512_stream_si512(reinterpret_cast<__m512i*>(out + i),
+                          _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1));
+    }
+    _mm_sfence();
+  }
   for (; i + 16 <= n; i += 16)
     _mm256_storeu_si256(
         reinterpret_cast<__m256i*>(out + i),
@@ -86,6 +135,14 @@ FRUGAL_QUANT_TARGET_AVX512 inline void cvt_f32_f16_avx512(const float* in, std::
 FRUGAL_QUANT_TARGET_AVX512 inline void cvt_f16_f32_avx512(const std::uint16_t* in, float* out,
                                                           std::size_t n) noexcept {
   std::size_t i = 0;
+  if (n * 4 >= stream_bytes) {
+    i = head_to_align<64>(out, n);
+    cvt_f16_f32_portable(in, out, i);
+    for (; i + 16 <= n; i += 16)
+      _mm512_stream_ps(out + i,
+                       _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + i))));
+    _mm_sfence();
+  }
   for (; i + 16 <= n; i += 16)
     _mm512_storeu_ps(out + i, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + i))));
   cvt_f16_f32_avx2(in + i, out + i, n - i);
@@ -109,6 +166,15 @@ FRUGAL_QUANT_TARGET_AVX512 inline void cvt_f32_bf16_avx512(const float* in, std:
 FRUGAL_QUANT_TARGET_AVX512 inline void cvt_bf16_f32_avx512(const std::uint16_t* in, float* out,
                                                            std::size_t n) noexcept {
   std::size_t i = 0;
+  if (n * 4 >= stream_bytes) {
+    i = head_to_align<64>(out, n);
+    cvt_bf16_f32_portable(in, out, i);
+    for (; i + 16 <= n; i += 16) {
+      const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + i)));
+      _mm512_stream_ps(out + i, _mm512_castsi512_ps(_mm512_slli_epi32(w, 16)));
+    }
+    _mm_sfence();
+  }
   for (; i + 16 <= n; i += 16) {
     const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + i)));
     _mm512_storeu_ps(out + i, _mm512_castsi512_ps(_mm512_slli_epi32(w, 16)));
