@@ -228,6 +228,19 @@ TEST_CASE("cache: a value larger than the budget is returned but not cached") {
   CHECK(st.bytes == 0);
 }
 
+TEST_CASE("cache: values of 1 GiB or more are never cached, and a null put is refused") {
+  frugal::lru_cache<int> c(
+      {.max_entries = 10, .weigher = [](const int& v) { return v == 1 ? std::size_t{1} << 30 : 4; }});
+  CHECK_FALSE(c.put(k(1), 1));
+  CHECK(c.put(k(2), 2));
+  CHECK(c.stats().rejected_oversize == 1);
+  CHECK(c.stats().bytes == 4);
+  CHECK_THROWS_AS(c.put(k(3), std::shared_ptr<const int>()), std::invalid_argument);
+  const auto shared = std::make_shared<const int>(7);
+  CHECK(c.put(k(3), shared));
+  CHECK(c.get(k(3)) == shared);  // the same object, not a copy
+}
+
 TEST_CASE("cache: both limits hold at once") {
   frugal::lru_cache<std::vector<char>> c(
       {.max_entries = 10, .max_bytes = 1000, .shards = 1, .weigher = [](const std::vector<char>& v) {
