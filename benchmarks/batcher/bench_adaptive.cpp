@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <optional>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "frugal/batcher.hpp"
@@ -33,7 +34,6 @@ constexpr model_shape models[] = {{"gpu-like a=0.25ms b=4ms", 0.25, 4.0}, {"line
 constexpr double loads[] = {0.05, 0.40, 1.10};  // offered load as a fraction of capacity at max_batch
 constexpr const char* load_names[] = {"light", "medium", "saturating"};
 constexpr std::size_t max_batch = 32;
-constexpr ns target = 50ms;
 constexpr double seconds = 30;
 
 struct sim_result {
@@ -60,7 +60,7 @@ struct fixed_window_oracle {
 double capacity(const model_shape& m) { return max_batch / ((m.a_ms * max_batch + m.b_ms) * 1e-3); }
 
 template <class Policy>
-sim_result simulate(Policy policy, ns window, const model_shape& m, double rate, unsigned seed) {
+sim_result simulate(Policy policy, ns window, const model_shape& m, double rate, ns target, unsigned seed) {
   frugal::manual_clock clk;
   using time_point = frugal::manual_clock::time_point;
   frugal::batcher<int, int, Policy, frugal::manual_clock> b{
@@ -93,7 +93,7 @@ sim_result simulate(Policy policy, ns window, const model_shape& m, double rate,
     }
     if (next_arrival < end && t == next_arrival) {
       b.submit(static_cast<int>(arrived++),
-               [&latencies, &good, &clk, arrival = t](frugal::outcome<int> o) {
+               [&latencies, &good, &clk, target, arrival = t](frugal::outcome<int> o) {
                  if (!o) return;
                  const auto l = std::chrono::duration_cast<ns>(clk.now() - arrival);
                  latencies.push_back(l.count());
@@ -125,33 +125,36 @@ sim_result simulate(Policy policy, ns window, const model_shape& m, double rate,
   return r;
 }
 
-void print(const char* model, const char* load, const char* policy, const sim_result& r) {
-  std::fprintf(
-      stderr, "%-24s %-10s %-20s goodput %8.1f/s  p99 %6.2f ms  shed %5.1f%%  batch %5.1f  gpu %7.1f ms/1k\n",
-      model, load, policy, r.goodput, r.p99_ms, 100 * r.shed, r.mean_batch, r.gpu_ms_per_1k);
+void print(const char* model, const char* load, ns target, const char* policy, const sim_result& r) {
+  std::fprintf(stderr,
+               "%-24s %-10s target %2d ms %-20s goodput %8.1f/s  p99 %6.2f ms  shed %5.1f%%  batch %5.1f  "
+               "gpu %7.1f ms/1k\n",
+               model, load, static_cast<int>(target.count() / 1000000), policy, r.goodput, r.p99_ms,
+               100 * r.shed, r.mean_batch, r.gpu_ms_per_1k);
 }
 
 void BM_adaptive_vs_best_fixed_window(benchmark::State& state) {
   const model_shape& m = models[state.range(0)];
   const auto load = static_cast<std::size_t>(state.range(1));
   const double rate = loads[load] * capacity(m);
+  const ns target = std::chrono::milliseconds(state.range(2));
   const unsigned seed = 42;
   sim_result adaptive, best;
   double best_window_ms = -1;
   bool best_oracle = false;
   for (auto _ : state) {
-    adaptive = simulate(frugal::adaptive{{.latency_target = target}}, 0ms, m, rate, seed);
-    print(m.name, load_names[load], "adaptive", adaptive);
+    adaptive = simulate(frugal::adaptive{{.latency_target = target}}, 0ms, m, rate, target, seed);
+    print(m.name, load_names[load], target, "adaptive", adaptive);
     best = {};
     best_window_ms = -1;
     for (bool oracle : {false, true}) {
       for (double w_ms : {0.0, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 40.0}) {
         const auto window = std::chrono::duration_cast<ns>(std::chrono::duration<double, std::milli>(w_ms));
-        const sim_result r = oracle ? simulate(fixed_window_oracle{m}, window, m, rate, seed)
-                                    : simulate(frugal::fixed_window{}, window, m, rate, seed);
+        const sim_result r = oracle ? simulate(fixed_window_oracle{m}, window, m, rate, target, seed)
+                                    : simulate(frugal::fixed_window{}, window, m, rate, target, seed);
         char name[40];
         std::snprintf(name, sizeof name, "%s %.1f ms", oracle ? "fixed+oracle" : "fixed", w_ms);
-        print(m.name, load_names[load], name, r);
+        print(m.name, load_names[load], target, name, r);
         if (r.p99_ms <= std::chrono::duration<double, std::milli>(target).count() &&
             r.goodput > best.goodput) {
           best = r;
@@ -161,7 +164,8 @@ void BM_adaptive_vs_best_fixed_window(benchmark::State& state) {
       }
     }
   }
-  state.SetLabel(std::string(m.name) + ", " + load_names[load]);
+  state.SetLabel(std::string(m.name) + ", " + load_names[load] + ", p99 target " +
+                 std::to_string(state.range(2)) + " ms");
   state.counters["offered_per_s"] = rate;
   state.counters["adaptive_goodput"] = adaptive.goodput;
   state.counters["adaptive_p99_ms"] = adaptive.p99_ms;
@@ -177,8 +181,8 @@ void BM_adaptive_vs_best_fixed_window(benchmark::State& state) {
 }  // namespace
 
 BENCHMARK(BM_adaptive_vs_best_fixed_window)
-    ->ArgNames({"model", "load"})
-    ->ArgsProduct({{0, 1}, {0, 1, 2}})
+    ->ArgNames({"model", "load", "target_ms"})
+    ->ArgsProduct({{0, 1}, {0, 1, 2}, {20, 50}})
     ->Iterations(1)
     ->Unit(benchmark::kMillisecond);
 
