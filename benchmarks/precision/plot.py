@@ -127,9 +127,9 @@ def m_ticks(ax, ms):
     ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
 
 
-def machine_line(ctx):
+def machine_line(ctx, model=""):
     caches = ", ".join(f"L{c['level']} {c['size'] // 1024} KiB" for c in ctx.get("caches", []) if c.get("type") != "Instruction")
-    return (f"{ctx.get('host_name', '?')}: {ctx.get('num_cpus', '?')} CPUs at {ctx.get('mhz_per_cpu', '?')} MHz "
+    return (f"{model + ', ' if model else ''}{ctx.get('host_name', '?')}: {ctx.get('num_cpus', '?')} CPUs at {ctx.get('mhz_per_cpu', '?')} MHz "
             f"({caches}); Eigen SIMD {ctx.get('eigen_simd', '?')}; frugal kernels: {ctx.get('frugal_cpu_features', '?')}; "
             f"-march=native: {ctx.get('march_native', '?')}; load average at start "
             f"{', '.join(f'{x:.1f}' for x in ctx.get('load_avg', []))}")
@@ -302,11 +302,11 @@ def fmt_err(x):
     return "—" if x is None else (f"{x:.2e}" if x < 1e-3 else f"{x:.4f}")
 
 
-def write_table(ctx, rows, gpu, out, commit, command):
+def write_table(ctx, rows, gpu, out, commit, command, model=""):
     lines = []
     when = ctx.get("date") or datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     lines.append(f"- **Date:** {when}")
-    lines.append(f"- **Machine:** {machine_line(ctx)}")
+    lines.append(f"- **Machine:** {machine_line(ctx, model)}")
     if commit:
         lines.append(f"- **Commit:** `{commit}`")
     if command:
@@ -378,6 +378,7 @@ def main():
     ap.add_argument("--out", required=True, help="folder for the PNGs and results.md")
     ap.add_argument("--commit", default="")
     ap.add_argument("--command", default="")
+    ap.add_argument("--cpu-model", default="", help="the CPU's model name, for the machine line")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     ctx, rows = load_cpu(a.cpu)
@@ -393,7 +394,7 @@ def main():
         gpu = load_gpu(a.gpu)
         if gpu[1]:
             made += plot_gpu(gpu[1], a.out)
-    print(write_table(ctx, rows, gpu, a.out, a.commit, a.command))
+    print(write_table(ctx, rows, gpu, a.out, a.commit, a.command, a.cpu_model))
     print("wrote " + ", ".join(os.path.join(a.out, m) for m in made + ["results.md"]))
 
 

@@ -64,12 +64,13 @@ args=(--benchmark_repetitions="$reps" --benchmark_report_aggregates_only=true --
   --benchmark_enable_random_interleaving=true
   --benchmark_out="$out/cpu.json" --benchmark_out_format=json)
 [[ -n ${FILTER:-} ]] && args+=(--benchmark_filter="$FILTER")
-"$build/benchmarks/bench_precision" "${args[@]}" | tee "$out/cpu.txt"
+"$build/benchmarks/bench_precision" "${args[@]}" | tee "$build/cpu.txt"
 
 commit=$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)
 # Name what the commit does not contain, so the figures can be traced to their code.
 dirty=$(git -C "$root" status --porcelain -- include benchmarks/precision.cmake benchmarks/precision \
   ':!benchmarks/precision/results' 2>/dev/null | awk '{print $2}' | cut -d/ -f1-3 | sort -u | tr '\n' ' ')
 [[ -z $dirty ]] || commit="$commit, plus uncommitted ${dirty% }"
+cpu_model=$(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2- | sed 's/^ *//' || true)
 "$python" "$here/plot.py" --cpu "$out/cpu.json" "${gpu_md[@]}" --out "$out" --commit "$commit" \
-  --command "benchmarks/precision/run.sh $1"
+  --command "benchmarks/precision/run.sh $1" --cpu-model "${cpu_model:-unknown}"
