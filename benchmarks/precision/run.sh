@@ -3,7 +3,9 @@
 # GEMM benchmark too when a CUDA device is present, then draws the PNGs and results.md into <out-dir>.
 #   benchmarks/precision/run.sh <out-dir>
 # Environment: FRUGAL_PRECISION_BUILD (build folder, default build/precision), JOBS (default 2),
-# PYTHON (an interpreter with matplotlib), REPS (repetitions, default 5), MIN_TIME (seconds per repetition, default 0.1), FILTER (a regex).
+# GPU_MD (a bench_gpu_gemm --md table from an earlier GPU run, used instead of running it here),
+# PYTHON (an interpreter with matplotlib), REPS (repetitions, default 5), MIN_TIME (seconds per
+# repetition, default 0.1), FILTER (a benchmark regex).
 set -euo pipefail
 
 if [[ $# -ne 1 ]]; then
@@ -47,9 +49,15 @@ cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DFRUGAL_ENABLE_CUDA=$gp
 cmake --build "$build" -j "$jobs" --target bench_precision
 
 gpu_md=()
-if [[ $gpu == AUTO ]]; then
+if [[ -n ${GPU_MD:-} ]]; then
+  # A table from an earlier GPU visit (bench_gpu_gemm --md, e.g. benchmarks/gpu/run.sh's bench.md).
+  [[ -s $GPU_MD ]] || { echo "precision: GPU_MD=$GPU_MD is missing or empty" >&2; exit 1; }
+  [[ $GPU_MD -ef $out/gpu.md ]] || cp "$GPU_MD" "$out/gpu.md"
+  gpu_md=(--gpu "$out/gpu.md")
+elif [[ $gpu == AUTO ]]; then
   if cmake --build "$build" -j "$jobs" --target bench_gpu_gemm; then
-    "$build/benchmarks/gpu/bench_gpu_gemm" --md "$out/gpu.md" | tee "$out/gpu.txt"
+    "$build/benchmarks/gpu/bench_gpu_gemm" --md "$out/gpu.md" | tee "$out/gpu.txt" ||
+      echo "precision: bench_gpu_gemm exited non-zero (see $out/gpu.txt); its table is used as far as it got" >&2
     [[ -s $out/gpu.md ]] && gpu_md=(--gpu "$out/gpu.md")
   else
     echo "precision: bench_gpu_gemm did not build; the GPU half is skipped" >&2
