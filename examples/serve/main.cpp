@@ -52,8 +52,11 @@ int main(int argc, char** argv) try {
   if (__builtin_cpu_supports("avx512vnni")) simd = "AVX-512 VNNI";
   else if (__builtin_cpu_supports("avx2")) simd = "AVX2";
 #endif
-  std::printf("frugal %s serve demo: the model runs on the CPU (%s int8 kernels, Eigen fp32); "
-              "the demo has no GPU path yet\n", frugal::version_string(), simd);
+  std::string why;
+  const bool gpu = cfg.device != "cpu" && serve::gpu_available(why);
+  std::printf("frugal %s serve demo: %s\n", frugal::version_string(),
+              gpu ? "fp32 and int8 steps run on the GPU through frugal::cuda; weight-only steps on the CPU"
+                  : ("the model runs on the CPU (" + std::string(simd) + " int8 kernels, Eigen fp32); GPU not used: " + why).c_str());
   auto results = serve::run(cfg, progress);
   const std::string report = serve::format_report(cfg, results);
   std::printf("\n%s", report.c_str());

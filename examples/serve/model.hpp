@@ -12,6 +12,8 @@
 
 #include <frugal/quant.hpp>
 
+#include "gpu_backend.hpp"
+
 namespace serve {
 
 using matrix = frugal::quant::row_matrix;
@@ -88,6 +90,25 @@ class mlp {
       }
     }
     return b;
+  }
+
+  /// The layers in the form the GPU backend uploads.
+  std::vector<gpu_layer> export_layers() const {
+    std::vector<gpu_layer> out;
+    for (std::size_t l = 0; l < layers_.size(); ++l) {
+      const layer& L = layers_[l];
+      gpu_layer g;
+      g.in = cfg_.dims[l];
+      g.out = cfg_.dims[l + 1];
+      g.bias = L.bias;
+      if (precision_ == precision::fp32) g.w.assign(L.w.data(), L.w.data() + L.w.size());
+      if (precision_ == precision::w8a8) {
+        g.w8 = L.w8.data;
+        g.w8_scales = L.w8.scales;
+      }
+      out.push_back(std::move(g));
+    }
+    return out;
   }
 
   /// Runs rows of x (batch x input_dim) through every layer.

@@ -66,6 +66,7 @@ struct config {
   std::vector<phase> phases;
   std::vector<step_config> ladder;
   std::string out_dir = "serve-out";
+  std::string device = "auto";  // auto: the GPU when this build has CUDA and a device is present; cpu; gpu
   bool quiet = false;
 };
 
@@ -78,6 +79,7 @@ inline config parse_config(const json& j) {
   get(j, "seed", c.model.seed);
   get(j, "out_dir", c.out_dir);
   get(j, "quiet", c.quiet);
+  get(j, "device", c.device);
   if (j.contains("model")) {
     const auto& m = j["model"];
     get(m, "name", c.model_name);
@@ -155,6 +157,7 @@ inline config parse_config(const json& j) {
     if (s.policy != "fixed" && s.policy != "adaptive")
       bad("ladder[" + std::to_string(i) + "].policy \"" + s.policy + "\" is not fixed or adaptive");
   }
+  if (c.device != "auto" && c.device != "cpu" && c.device != "gpu") bad("device \"" + c.device + "\" is not auto, cpu or gpu");
   (void)frugal::cost::money::parse(c.gpu_hourly_usd);
   return c;
 }
@@ -218,7 +221,7 @@ inline std::vector<planned_request> make_plan(const config& c) {
 }
 
 struct step_result {
-  std::string name, why, precision, policy;
+  std::string name, why, precision, policy, backend;
   std::uint64_t requests = 0, answered = 0, failed = 0, model_calls = 0, cache_hits = 0;
   double throughput = 0;  // requests per second over the closed-loop (saturating) phases
   double p50_ms = 0, p99_ms = 0;
@@ -275,6 +278,15 @@ step_result run_step(const step_config& st, const shared_inputs& in, Policy poli
   const config& cfg = in.cfg;
   const mlp model(cfg.model, parse_precision(st.precision));
   const int dim = model.input_dim(), out_dim = model.output_dim();
+  std::unique_ptr<gpu_backend> gpu;
+  std::string backend = std::string(name(model.kind())) + " on the CPU";
+  const bool gpu_kind = model.kind() == precision::fp32 || model.kind() == precision::w8a8;
+  if (cfg.device != "cpu" && gpu_kind) {
+    std::string why;
+    gpu = make_gpu_backend(model.kind() == precision::w8a8, model.export_layers(), why);
+    if (gpu) backend = gpu->describe();
+    else if (cfg.device == "gpu") throw std::runtime_error("config: device is gpu but " + why);
+  }
 
   frugal::batcher_options bopt{
       .window = st.batching ? std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double, std::milli>(cfg.window_ms))
@@ -321,7 +333,7 @@ step_result run_step(const step_config& st, const shared_inputs& in, Policy poli
       for (std::size_t i = 0; i < reqs.size(); ++i) x.row(static_cast<Eigen::Index>(i)) = in.pool.row(reqs[i].input);
       try {
         const auto t0 = clock::now();
-        const matrix y = model.forward(x);
+        const matrix y = gpu ? gpu->forward(x) : model.forward(x);
         const auto busy = clock::now() - t0;
         std::vector<output> results;
         results.reserve(reqs.size());
@@ -421,6 +433,7 @@ step_result run_step(const step_config& st, const shared_inputs& in, Policy poli
   r.why = st.why;
   r.precision = name(model.kind());
   r.policy = st.batching ? st.policy : "none";
+  r.backend = backend;
   r.weight_bytes = model.weight_bytes();
   r.snapshot = ledger.snapshot();
   const auto& s = r.snapshot;
@@ -488,7 +501,9 @@ inline std::string format_report(const config& cfg, const std::vector<step_resul
                   r.cost_per_1k.to_string().c_str(), 100 * r.savings, 100 * r.hit_ratio, r.cosine_mean, r.max_rel_error);
     o << line;
   }
-  o << "\nWhy each step costs less:\n";
+  o << "\nWhere each step ran:";
+  for (std::size_t i = 0; i < rs.size(); ++i) o << (i ? "; " : " ") << i + 1 << ". " << rs[i].backend;
+  o << "\n\nWhy each step costs less:\n";
   for (std::size_t i = 0; i < rs.size(); ++i) {
     const auto& r = rs[i];
     o << "  " << i + 1 << ". " << r.name << ": " << r.why;
