@@ -283,6 +283,25 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* bytes, std::size_t siz
                                       fdp.ConsumeIntegralInRange(-20, 20)));
         t.zero_points.push_back(fdp.ConsumeIntegralInRange<std::int32_t>(rg.lo, rg.hi));
       }
+      // A tensor whose data or parameters are too short for its shape must be rejected, not read past.
+      if (fdp.ConsumeIntegralInRange<int>(0, 15) == 0 && rows * cols != 0) {
+#ifdef FRUGAL_FUZZ_SKIP_KNOWN_BUGS
+        // Known bug: regression test "quant: dequantize rejects a tensor whose data or parameters do not
+        // match its shape".
+        return 0;
+#endif
+        if (fdp.ConsumeBool())
+          t.data.pop_back();
+        else
+          t.scales.pop_back();
+        std::vector<float> out(rows * cols);
+        try {
+          q::dequantize(t, out);
+        } catch (const std::invalid_argument&) {
+          return 0;
+        }
+        fail("dequantize accepted a tensor that does not match its shape");
+      }
       // Stored values outside [lo, hi] (e.g. -128 in narrow i8) still dequantize by the formula.
       std::vector<float> out(rows * cols);
       q::dequantize(t, out);
