@@ -421,9 +421,12 @@ int main(int argc, char** argv) {
     // split-K for the weight-only kernels. Ours only.
     ov.baseline = false;
     for (int m : {16, 64, 128, 256, 1024})
-      for (fc::gemm_tile t : {fc::gemm_tile::small, fc::gemm_tile::large}) {
+      for (fc::gemm_tile t : {fc::gemm_tile::small, fc::gemm_tile::large, fc::gemm_tile::wgmma_sm90}) {
+        if (t == fc::gemm_tile::wgmma_sm90 && !(prop.major == 9 && prop.minor == 0)) continue;
         ov.tile = t;
-        ov.tag = t == fc::gemm_tile::small ? " [tile 32x64]" : " [tile 128x128]";
+        ov.tag = t == fc::gemm_tile::small   ? " [tile 32x64]"
+                 : t == fc::gemm_tile::large ? " [tile 128x128]"
+                                             : " [wgmma sm_90a]";
         bench_w8a8(m, 4096, 4096, stream, lt, true);
         bench_f16(m, 4096, 4096, stream, lt, true);
       }
@@ -451,6 +454,13 @@ int main(int argc, char** argv) {
 
   const int big[] = {4096, 8192};
   for (int s : big) bench_w8a8(s, s, s, stream, lt, quick);
+  if (prop.major == 9 && prop.minor == 0) {
+    ov.tile = fc::gemm_tile::wgmma_sm90;
+    ov.tag = " [wgmma sm_90a]";
+    for (int s : big) bench_w8a8(s, s, s, stream, lt, quick);
+    for (int s : big) bench_f16(s, s, s, stream, lt, quick);
+    ov = overrides{};
+  }
   for (int m : {1, 2, 4, 8, 16}) bench_w8a8(m, 8192, 8192, stream, lt, quick);
   for (int s : big) bench_f16(s, s, s, stream, lt, quick);
   for (int m : {1, 4, 16}) bench_f16(m, 8192, 8192, stream, lt, quick);

@@ -184,6 +184,19 @@ TEST_CASE("mma.sync GEMMs: small M or too few large tiles pick the 32x64 tile, u
   CHECK(fc::selected_tile(f, hopper) == fc::gemm_tile::large);
   f.tile = fc::gemm_tile::small;
   CHECK(fc::selected_tile(f, hopper) == fc::gemm_tile::small);
+  SUBCASE("the wgmma kernel is opt-in and needs sm_90a") {
+    auto w = w8a8();
+    w.tile = fc::gemm_tile::wgmma_sm90;
+    CHECK(code(w, hopper) == fc::status_code::success);
+    CHECK(code(w, ampere) == fc::status_code::unsupported_arch);
+    CHECK(message(w, ampere).find("sm_80") != std::string::npos);
+    CHECK(code(w, fc::device_info{10, 0, 148}) == fc::status_code::unsupported_arch);
+    auto g = f16();
+    g.tile = fc::gemm_tile::wgmma_sm90;
+    CHECK(code(g, hopper) == fc::status_code::success);
+    CHECK(code(g, ampere) == fc::status_code::unsupported_arch);
+    CHECK(fc::selected_tile(w8a8(), hopper) != fc::gemm_tile::wgmma_sm90);
+  }
 }
 
 TEST_CASE("gemm_f16: can_implement checks types, K and alignment") {

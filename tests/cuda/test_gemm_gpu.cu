@@ -190,6 +190,13 @@ TEST_CASE("gemm_w8a8: int32 accumulators are bit-exact against the host and cuBL
     REQUIRE(fc::run(other).str() == "success");
     REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
     CHECK(to_host(d2) == c);
+    if (dev.cc_major == 9 && dev.cc_minor == 0) {
+      other.tile = fc::gemm_tile::wgmma_sm90;
+      d2.fill_bytes(0x7F);
+      REQUIRE(fc::run(other).str() == "success");
+      REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+      CHECK_MESSAGE(to_host(d2) == c, "the sm_90a wgmma kernel differs from the mma.sync kernel");
+    }
 
     fc::cublaslt_gemm_w8a8 base;
     fc::device_buffer<std::int32_t> dl(c.size());
@@ -421,6 +428,7 @@ void check_f16_gemm(shape s, fc::dtype out, bool epilogue, fc::cublaslt_context&
   CAPTURE(s.k);
   CAPTURE(fc::to_string(ab));
   CAPTURE(fc::to_string(out));
+  CAPTURE(static_cast<int>(tile));
   std::vector<float> af, bf;
   auto a = random_half<T>(static_cast<std::size_t>(s.m) * s.k, -1.0f, 1.0f, af);
   auto b = random_half<T>(static_cast<std::size_t>(s.n) * s.k, -1.0f, 1.0f, bf);
@@ -512,6 +520,15 @@ TEST_CASE("gemm_f16: fp16 and bf16 match the host and cuBLASLt" * FRUGAL_NEEDS_G
   check_f16_gemm<__nv_bfloat16>({64, 64, 8192}, fc::dtype::bf16, false, lt);
   check_f16_gemm<__nv_bfloat16>({300, 1000, 1024}, fc::dtype::bf16, false, lt, fc::gemm_tile::large);
   check_f16_gemm<__half>({2048, 2048, 1024}, fc::dtype::f32, true, lt, fc::gemm_tile::small);
+  fc::device_info dev;
+  REQUIRE(static_cast<bool>(fc::query_device(dev)));
+  if (dev.cc_major == 9 && dev.cc_minor == 0) {
+    check_f16_gemm<__half>({4096, 4096, 4096}, fc::dtype::f16, false, lt, fc::gemm_tile::wgmma_sm90);
+    check_f16_gemm<__half>({17, 1000, 1000}, fc::dtype::f32, true, lt, fc::gemm_tile::wgmma_sm90);
+    check_f16_gemm<__nv_bfloat16>({300, 1000, 1024}, fc::dtype::bf16, false, lt, fc::gemm_tile::wgmma_sm90);
+  } else {
+    MESSAGE("not sm_90: the wgmma kernel is not checked here");
+  }
 }
 
 namespace {

@@ -50,9 +50,10 @@ inline std::size_t size_of(dtype t) noexcept {
 /// @brief The activation applied after scale and bias; gelu is the tanh approximation.
 enum class activation { none, relu, gelu };
 
-/// @brief The thread-block tile of the mma.sync GEMMs: 128×128 (8 warps) or 32×64 (4 warps, for small M or
-/// too few large tiles to fill the SMs). `automatic` picks by shape; the others are for tuning sweeps.
-enum class gemm_tile { automatic, large, small };
+/// @brief The kernel and tile of the TN GEMMs: mma.sync 128×128 (8 warps) or 32×64 (4 warps, for small M or
+/// too few large tiles to fill the SMs), or the sm_90a wgmma 128×128 kernel (opt-in until checked on a GPU).
+/// `automatic` picks an mma.sync tile by shape; the others are for tuning sweeps.
+enum class gemm_tile { automatic, large, small, wgmma_sm90 };
 
 /// @brief W8A8: C = act((acc - zero_a[m]*colsum_b[n]) * scale_a[m] * scale_b[n] + bias[n]), acc = sum_k
 /// A[m][k]*B[n][k] exact in int32. A is M×K row-major int8 (activations), B is N×K row-major int8 (weights,

@@ -12,6 +12,7 @@
 #include "frugal/config.hpp"
 #include "frugal/cuda/gemm/arguments.cuh"
 #include "frugal/cuda/gemm/kernel/gemm_tn_sm80.cuh"
+#include "frugal/cuda/gemm/kernel/gemm_tn_sm90.cuh"
 #include "frugal/cuda/gemm/kernel/quantize_rows.cuh"
 #include "frugal/cuda/gemm/kernel/weight_only_sm80.cuh"
 #include "frugal/cuda/status.cuh"
@@ -88,6 +89,14 @@ inline status check_output(const char* op, const void* c, int ldc, int n, dtype 
   return status::ok();
 }
 
+inline status check_tile(const char* op, gemm_tile t, const device_info& dev) {
+  if (t == gemm_tile::wgmma_sm90 && !(dev.cc_major == 9 && dev.cc_minor == 0))
+    return fail(
+        status_code::unsupported_arch, op,
+        "the wgmma tile needs sm_90a, device is sm_" + std::to_string(dev.cc_major * 10 + dev.cc_minor));
+  return status::ok();
+}
+
 inline bool pair_store_ok(const void* c, int ldc, dtype t) {
   return ldc % 2 == 0 && aligned(c, 2 * size_of(t));
 }
@@ -152,6 +161,7 @@ inline status can_implement(const gemm_w8a8_arguments& a, const device_info& dev
     if (a.zero_a != nullptr && a.colsum_b == nullptr)
       return detail::fail(status_code::invalid_pointer, op, "zero_a is set but colsum_b is null");
   }
+  if (auto s = detail::check_tile(op, a.tile, dev); !s) return s;
   return detail::check_arch(op, dev);
 }
 
@@ -171,6 +181,7 @@ inline status can_implement(const gemm_f16_arguments& a, const device_info& dev)
   if (auto s = detail::check_operand(op, "a", a.a, a.lda, a.k, 8); !s) return s;
   if (auto s = detail::check_operand(op, "b", a.b, a.ldb, a.k, 8); !s) return s;
   if (auto s = detail::check_output(op, a.c, a.ldc, a.n, a.c_type); !s) return s;
+  if (auto s = detail::check_tile(op, a.tile, dev); !s) return s;
   return detail::check_arch(op, dev);
 }
 
@@ -336,6 +347,9 @@ inline status run(const gemm_w8a8_arguments& a, cudaStream_t stream = nullptr) {
           .ldc = a.ldc,
           .c_type = a.c_type,
           .pair_store = detail::pair_store_ok(a.c, a.ldc, a.c_type)};
+  if (selected_tile(a, dev) == gemm_tile::wgmma_sm90)
+    return detail::launch_tn<kernel::tile_sm90>("gemm_s8s8_s32_wgmma_sm90a",
+                                                kernel::gemm_s8s8_s32_wgmma_sm90a<>, p, stream);
   if (selected_tile(a, dev) == gemm_tile::small) {
     using C = kernel::tile_small;
     return detail::launch_tn<C>("gemm_s8s8_s32_tensorop_sm80<32x64>", kernel::gemm_s8s8_s32_tensorop_sm80<C>,
@@ -370,6 +384,13 @@ inline status run(const gemm_f16_arguments& a, cudaStream_t stream = nullptr) {
           .ldc = a.ldc,
           .c_type = a.c_type,
           .pair_store = detail::pair_store_ok(a.c, a.ldc, a.c_type)};
+  if (selected_tile(a, dev) == gemm_tile::wgmma_sm90) {
+    if (a.ab_type == dtype::bf16)
+      return detail::launch_tn<kernel::tile_sm90>("gemm_bf16bf16_f32_wgmma_sm90a",
+                                                  kernel::gemm_bf16bf16_f32_wgmma_sm90a<>, p, stream);
+    return detail::launch_tn<kernel::tile_sm90>("gemm_f16f16_f32_wgmma_sm90a",
+                                                kernel::gemm_f16f16_f32_wgmma_sm90a<>, p, stream);
+  }
   const bool small = selected_tile(a, dev) == gemm_tile::small;
   if (a.ab_type == dtype::bf16) {
     if (small) {
