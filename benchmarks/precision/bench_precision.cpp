@@ -228,7 +228,16 @@ void gemm_half(const Half* x, std::size_t m, const Half* w, std::size_t n, std::
   }
 }
 
-void bm_gemm(benchmark::State& state, precision prec) {
+// Reads a buffer twice the size of the largest L3 this is likely to meet, one load per cache line, so
+// the next call finds its weights in DRAM, as a model's layers are when they take turns.
+void evict_caches() {
+  static std::vector<std::uint64_t> junk(std::size_t{512} << 17, 1);  // 512 MiB
+  std::uint64_t sum = 0;
+  for (std::size_t i = 0; i < junk.size(); i += 8) sum += junk[i];
+  benchmark::DoNotOptimize(sum);
+}
+
+void bm_gemm(benchmark::State& state, precision prec, bool cold) {
   const auto m = static_cast<std::size_t>(state.range(0));
   const auto n = static_cast<std::size_t>(state.range(1));
   const auto k = static_cast<std::size_t>(state.range(2));
@@ -242,6 +251,11 @@ void bm_gemm(benchmark::State& state, precision prec) {
   std::vector<float> xbuf, wbuf;
 
   for (auto _ : state) {
+    if (cold) {
+      state.PauseTiming();
+      evict_caches();
+      state.ResumeTiming();
+    }
     switch (prec) {
       case precision::fp32:
         out.noalias() = xrows * pb.w.transpose();
@@ -312,14 +326,23 @@ int main(int argc, char** argv) {
 #endif
   // The square layer at every M; an LLM MLP up-projection (Llama-2-7B, 4096 -> 11008) at three.
   const shape shapes[] = {{4096, 4096, {1, 4, 16, 64, 256}}, {11008, 4096, {1, 16, 256}}};
+  const precision all[] = {precision::fp32,    precision::fp16,  precision::bf16, precision::w8a8,
+                           precision::w8a8_sq, precision::w8a16, precision::w4a16};
   for (const shape& s : shapes)
-    for (precision p : {precision::fp32, precision::fp16, precision::bf16, precision::w8a8,
-                        precision::w8a8_sq, precision::w8a16, precision::w4a16})
+    for (precision p : all)
       for (std::int64_t m : s.ms)
-        benchmark::RegisterBenchmark((std::string("gemm/") + name_of(p)).c_str(), bm_gemm, p)
+        benchmark::RegisterBenchmark((std::string("gemm/") + name_of(p)).c_str(), bm_gemm, p, false)
             ->Args({m, static_cast<std::int64_t>(s.n), static_cast<std::int64_t>(s.k)})
             ->ArgNames({"M", "N", "K"})
             ->Unit(benchmark::kMicrosecond);
+  // Decode with the weights in DRAM: a fixed count, since every iteration also pays an untimed eviction.
+  for (const shape& s : shapes)
+    for (precision p : all)
+      benchmark::RegisterBenchmark((std::string("gemm_cold/") + name_of(p)).c_str(), bm_gemm, p, true)
+          ->Args({1, static_cast<std::int64_t>(s.n), static_cast<std::int64_t>(s.k)})
+          ->ArgNames({"M", "N", "K"})
+          ->Iterations(8)
+          ->Unit(benchmark::kMicrosecond);
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   return 0;

@@ -52,11 +52,12 @@ def load_cpu(path):
     runs = {}
     for b in doc["benchmarks"]:
         name = b.get("run_name", b["name"])
-        m = re.match(r"gemm/([^/]+)/M:(\d+)/N:(\d+)/K:(\d+)", name)
+        m = re.match(r"(gemm|gemm_cold)/([^/]+)/M:(\d+)/N:(\d+)/K:(\d+)", name)
         if not m:
             continue
         kind = b.get("aggregate_name", "iteration") if b.get("run_type") == "aggregate" else "iteration"
-        runs.setdefault(name, {"prec": m.group(1), "M": int(m.group(2)), "N": int(m.group(3)), "K": int(m.group(4))})
+        runs.setdefault(name, {"cold": m.group(1) == "gemm_cold", "prec": m.group(2), "M": int(m.group(3)),
+                               "N": int(m.group(4)), "K": int(m.group(5))})
         runs[name].setdefault(kind, []).append(b)
     rows = []
     for r in runs.values():
@@ -64,7 +65,7 @@ def load_cpu(path):
         if not src:
             continue
         b = src[0]
-        row = {k: r[k] for k in ("prec", "M", "N", "K")}
+        row = {k: r[k] for k in ("cold", "prec", "M", "N", "K")}
         row["gflops"] = b["FLOPS"] / 1e9
         row["tokens_s"] = b.get("items_per_second", float("nan"))
         row["cpu_time"] = b["cpu_time"]
@@ -108,8 +109,9 @@ def shapes_of(rows):
     return sorted({(r["N"], r["K"]) for r in rows}, key=lambda s: (s[0] * s[1], s))
 
 
-def by(rows, prec, n, k):
-    return sorted((r for r in rows if r["prec"] == prec and r["N"] == n and r["K"] == k), key=lambda r: r["M"])
+def by(rows, prec, n, k, cold=False):
+    return sorted((r for r in rows if r["prec"] == prec and r["N"] == n and r["K"] == k and r["cold"] == cold),
+                  key=lambda r: r["M"])
 
 
 def precisions(rows):
@@ -117,8 +119,8 @@ def precisions(rows):
     return [p for p in ORDER if p in present] + sorted(present - set(ORDER))
 
 
-def baseline(rows, n, k):
-    return {r["M"]: r for r in by(rows, "fp32", n, k)}
+def baseline(rows, n, k, cold=False):
+    return {r["M"]: r for r in by(rows, "fp32", n, k, cold)}
 
 
 def m_ticks(ax, ms):
@@ -252,6 +254,38 @@ def plot_tradeoff(rows, out):
     plt.close(fig)
 
 
+def plot_cold(rows, out):
+    """Decode (M=1) with the weights in cache (as timed above) and evicted to DRAM before every call."""
+    shapes = [s for s in shapes_of(rows) if by(rows, "fp32", *s, cold=True)]
+    if not shapes:
+        return False
+    precs = [p for p in precisions(rows) if p != "fp32"]
+    fig, axes = plt.subplots(1, len(shapes), figsize=(6.5 * len(shapes), 5), squeeze=False)
+    for ax, (n, k) in zip(axes[0], shapes):
+        for j, (cold, hatch, label) in enumerate(((False, "//", "weights in cache"), (True, None, "weights in DRAM"))):
+            base = baseline(rows, n, k, cold).get(1)
+            vals = []
+            for p in precs:
+                pts = [r for r in by(rows, p, n, k, cold) if r["M"] == 1]
+                vals.append(pts[0]["gflops"] / base["gflops"] if pts and base else 0.0)
+            xs = [i + (j - 0.5) * 0.4 for i in range(len(precs))]
+            bars = ax.bar(xs, vals, 0.4, hatch=hatch, color=[COLORS.get(p) for p in precs], alpha=0.55 if hatch else 0.9,
+                          edgecolor="black", linewidth=0.5, label=label + (f" (fp32 {base['gflops']:.1f} GFLOP/s)" if base else ""))
+            for bar, v in zip(bars, vals):
+                ax.annotate(f"{v:.1f}x", (bar.get_x() + bar.get_width() / 2, v), ha="center", va="bottom", fontsize=7)
+        ax.axhline(1.0, color="black", linestyle="--", linewidth=1)
+        ax.set_xticks(range(len(precs)))
+        ax.set_xticklabels([textwrap.fill(PRETTY.get(p, p), 14) for p in precs], fontsize=8)
+        ax.set_ylabel("speedup over fp32 at M=1, same cache state (x)")
+        ax.set_title(f"Decode (M=1), N={n}, K={k}: cached vs DRAM weights")
+        ax.legend(fontsize=8)
+        ax.margins(y=0.12)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "cpu_decode_dram.png"), dpi=110)
+    plt.close(fig)
+    return True
+
+
 def gpu_baselines(rows):
     """cuBLASLt fp16 time per shape: the 'theirs' column of every row whose baseline is LT f16."""
     base = {}
@@ -319,11 +353,13 @@ def write_table(ctx, rows, gpu, out, commit, command, model=""):
     lines.append("")
     for n, k in shapes_of(rows):
         base = baseline(rows, n, k)
-        ms = sorted({r["M"] for r in rows if r["N"] == n and r["K"] == k})
+        ms = sorted({r["M"] for r in rows if r["N"] == n and r["K"] == k and not r["cold"]})
+        cold_base = baseline(rows, n, k, True).get(1)
         lines.append(f"**N={n}, K={k}: GFLOP/s (speedup over fp32 at the same M)**")
         lines.append("")
-        lines.append("| precision | weights MiB | SQNR dB | rel. error | cosine | " + " | ".join(f"M={m}" for m in ms) + " |")
-        lines.append("|---|---:|---:|---:|---:|" + "---:|" * len(ms))
+        lines.append("| precision | weights MiB | SQNR dB | rel. error | cosine | " + " | ".join(f"M={m}" for m in ms) +
+                     (" | M=1, W in DRAM |" if cold_base else " |"))
+        lines.append("|---|---:|---:|---:|---:|" + "---:|" * (len(ms) + (1 if cold_base else 0)))
         for p in precisions(rows):
             pts = {r["M"]: r for r in by(rows, p, n, k)}
             if not pts:
@@ -340,6 +376,14 @@ def write_table(ctx, rows, gpu, out, commit, command, model=""):
                     cells.append(f"{r['gflops']:.1f}")
                 else:
                     cells.append(f"{r['gflops']:.1f} ({r['gflops'] / base[m]['gflops']:.2f}x)")
+            if cold_base:
+                c = [r for r in by(rows, p, n, k, True) if r["M"] == 1]
+                if not c:
+                    cells.append("—")
+                elif p == "fp32":
+                    cells.append(f"{c[0]['gflops']:.1f}")
+                else:
+                    cells.append(f"{c[0]['gflops']:.1f} ({c[0]['gflops'] / cold_base['gflops']:.2f}x)")
             lines.append(f"| {PRETTY.get(p, p)} | {any_r['weight_bytes'] / MIB:.1f} | {sq} | "
                          f"{'0' if p == 'fp32' else fmt_err(any_r['rel_err'])} | {cos} | " + " | ".join(cells) + " |")
         lines.append("")
@@ -351,6 +395,12 @@ def write_table(ctx, rows, gpu, out, commit, command, model=""):
                 spread = max(spread, max(sq) - min(sq))
     lines.append("SQNR, relative error (Frobenius) and cosine are of the GEMM output against the fp32 output at the "
                  f"largest M timed; across M they move by at most {spread:.1f} dB.")
+    if any(r["cold"] for r in rows):
+        lines.append("")
+        lines.append("*M=1, W in DRAM*: before every call an untimed read of 512 MiB evicts the weights from the caches, "
+                     "so they come from DRAM, as a model's layers do when they take turns; 8 calls per repetition, "
+                     "ratio over fp32 under the same condition. The other columns time back-to-back calls on one "
+                     "layer, whose weights can stay in the L3.")
     if gpu:
         header, grows = gpu
         lines.append("")
@@ -389,6 +439,8 @@ def main():
     plot_memory(rows, a.out)
     plot_tradeoff(rows, a.out)
     made = ["cpu_throughput.png", "cpu_speedup.png", "memory.png", "cpu_tradeoff.png"]
+    if plot_cold(rows, a.out):
+        made.append("cpu_decode_dram.png")
     gpu = None
     if a.gpu and os.path.exists(a.gpu):
         gpu = load_gpu(a.gpu)
