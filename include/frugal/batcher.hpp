@@ -198,11 +198,13 @@ class batcher {
     std::uint64_t id() const noexcept { return id_; }
     /// @brief max_batch when it was cut; size() / max_batch() is its fill ratio.
     std::size_t max_batch() const noexcept { return max_batch_; }
+    /// @brief When a worker got it, on the batcher's clock.
     time_point handed_out() const noexcept { return handed_out_; }
     /// @brief How long its oldest request waited in the queue.
     std::chrono::nanoseconds queue_wait() const noexcept {
       return std::chrono::duration_cast<std::chrono::nanoseconds>(handed_out_ - oldest_);
     }
+    /// @brief Its id, size, bucket, cost, max_batch and queue wait, e.g. for a cost ledger.
     batch_info info() const noexcept { return {id_, size(), bucket_, cost_, max_batch_, queue_wait()}; }
     /// @brief Requests not yet resolved.
     std::size_t pending() const noexcept { return pending_; }
@@ -637,6 +639,7 @@ class batcher {
     deliver_all(dropped);
   }
 
+  /// @brief True once close() (or the destructor) has run.
   bool closed() const {
     std::lock_guard lk(core_->m);
     return core_->closed;
@@ -658,6 +661,7 @@ class batcher {
     c.space_cv.notify_all();
   }
 
+  /// @brief The settings in force (allowed_sizes sorted and deduplicated).
   batcher_options options() const {
     std::lock_guard lk(core_->m);
     return core_->opt;
@@ -685,6 +689,7 @@ class batcher {
     core_->space_cv.notify_all();
   }
 
+  /// @brief A consistent snapshot of the counters, histograms and queue state.
   batcher_stats stats() const {
     core& c = *core_;
     std::scoped_lock lk(c.m, c.sm);

@@ -42,7 +42,9 @@ struct batcher_options {
   std::uint64_t max_queued_cost = 0;
   /// What submit does when a queue limit is hit.
   overflow on_overflow = overflow::reject;
-  /// With overflow::block, how long submit waits for room before failing with timeout.
+  /// With overflow::block, how long submit waits for room before failing with timeout. A single-threaded
+  /// driver (a simulation or fuzz harness on a manual clock) should use overflow::reject: nothing else could
+  /// make room while its only thread waits.
   std::chrono::nanoseconds block_timeout = std::chrono::nanoseconds::max();
 };
 
