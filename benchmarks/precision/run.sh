@@ -44,8 +44,9 @@ gpu=OFF
 if command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
   gpu=AUTO
 fi
+mkdir -p "$build"
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DFRUGAL_ENABLE_CUDA=$gpu -DFRUGAL_BUILD_TESTS=OFF \
-  -DFRUGAL_BUILD_EXAMPLES=OFF -DFRUGAL_BUILD_BENCHMARKS=ON >"$build.configure.log"
+  -DFRUGAL_BUILD_EXAMPLES=OFF -DFRUGAL_BUILD_BENCHMARKS=ON >"$build/configure.log"
 cmake --build "$build" -j "$jobs" --target bench_precision
 
 gpu_md=()
