@@ -190,13 +190,6 @@ TEST_CASE("gemm_w8a8: int32 accumulators are bit-exact against the host and cuBL
     REQUIRE(fc::run(other).str() == "success");
     REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
     CHECK(to_host(d2) == c);
-    if (dev.cc_major == 9 && dev.cc_minor == 0) {
-      other.tile = fc::gemm_tile::wgmma_sm90;
-      d2.fill_bytes(0x7F);
-      REQUIRE(fc::run(other).str() == "success");
-      REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
-      CHECK_MESSAGE(to_host(d2) == c, "the sm_90a wgmma kernel differs from the mma.sync kernel");
-    }
 
     fc::cublaslt_gemm_w8a8 base;
     fc::device_buffer<std::int32_t> dl(c.size());
@@ -479,7 +472,7 @@ void check_f16_gemm(shape s, fc::dtype out, bool epilogue, fc::cublaslt_context&
       if (epilogue) ref = gelu(0.5 * acc * sa[m] * sb[n] + bias[n]);
       const double got = read_out(c, out, static_cast<std::size_t>(m) * s.n + n);
       // fp32 accumulation in another order, then the output rounding.
-      const double tol = 2 * rounding(out) * std::fabs(ref) + 0x1p-20 * mag * (epilogue ? 2.0 : 1.0) + 1e-6;
+      const double tol = 2 * rounding(out) * std::fabs(ref) + 0x1p-18 * mag * (epilogue ? 2.0 : 1.0) + 1e-6;
       if (!(std::fabs(got - ref) <= tol) && ++bad < 5)
         FAIL_CHECK("c(" << m << ", " << n << ") = " << got << ", host " << ref);
     }
@@ -503,7 +496,7 @@ void check_f16_gemm(shape s, fc::dtype out, bool epilogue, fc::cublaslt_context&
     num += d * d;
     den += read_out(l, out, i) * read_out(l, out, i);
   }
-  CHECK(std::sqrt(num / den) < 4 * rounding(out) + 1e-6);
+  CHECK(std::sqrt(num / den) < std::max(4 * rounding(out), 1e-5));
 }
 }  // namespace
 
@@ -520,15 +513,6 @@ TEST_CASE("gemm_f16: fp16 and bf16 match the host and cuBLASLt" * FRUGAL_NEEDS_G
   check_f16_gemm<__nv_bfloat16>({64, 64, 8192}, fc::dtype::bf16, false, lt);
   check_f16_gemm<__nv_bfloat16>({300, 1000, 1024}, fc::dtype::bf16, false, lt, fc::gemm_tile::large);
   check_f16_gemm<__half>({2048, 2048, 1024}, fc::dtype::f32, true, lt, fc::gemm_tile::small);
-  fc::device_info dev;
-  REQUIRE(static_cast<bool>(fc::query_device(dev)));
-  if (dev.cc_major == 9 && dev.cc_minor == 0) {
-    check_f16_gemm<__half>({4096, 4096, 4096}, fc::dtype::f16, false, lt, fc::gemm_tile::wgmma_sm90);
-    check_f16_gemm<__half>({17, 1000, 1000}, fc::dtype::f32, true, lt, fc::gemm_tile::wgmma_sm90);
-    check_f16_gemm<__nv_bfloat16>({300, 1000, 1024}, fc::dtype::bf16, false, lt, fc::gemm_tile::wgmma_sm90);
-  } else {
-    MESSAGE("not sm_90: the wgmma kernel is not checked here");
-  }
 }
 
 namespace {
@@ -776,4 +760,56 @@ TEST_CASE("run: unsupported problems are statuses on a real device, never launch
   args.a = a.data() + 4;
   CHECK(fc::run(args).code == fc::status_code::misaligned_operand);
   CHECK(cudaGetLastError() == cudaSuccess);
+}
+
+// Last in the file on purpose: were the new kernel to fault, the sticky CUDA error would only spoil what
+// follows.
+TEST_CASE("gemm sm_90a wgmma kernel: bit-exact with the mma.sync kernel, fp16/bf16 within rounding" *
+          FRUGAL_NEEDS_GPU) {
+  fc::device_info dev;
+  REQUIRE(static_cast<bool>(fc::query_device(dev)));
+  if (!(dev.cc_major == 9 && dev.cc_minor == 0)) {
+    MESSAGE("device is sm_" << dev.cc_major << dev.cc_minor << ": the wgmma kernel needs sm_90a");
+    CHECK(fc::run(fc::gemm_w8a8_arguments{.tile = fc::gemm_tile::wgmma_sm90}).code !=
+          fc::status_code::success);
+    return;
+  }
+  for (const shape s :
+       {shape{1, 64, 64}, shape{7, 1000, 1008}, shape{130, 520, 8192}, shape{4096, 4096, 4096}}) {
+    CAPTURE(s.m);
+    CAPTURE(s.n);
+    CAPTURE(s.k);
+    std::vector<std::int8_t> a(static_cast<std::size_t>(s.m) * s.k), b(static_cast<std::size_t>(s.n) * s.k);
+    test_rng().fill_s8(a);
+    test_rng().fill_s8(b);
+    auto da = to_device(a), db = to_device(b);
+    fc::device_buffer<std::int32_t> ref(static_cast<std::size_t>(s.m) * s.n), got(ref.size());
+    ref.fill_bytes(0x7F);
+    got.fill_bytes(0x7F);
+    fc::gemm_w8a8_arguments args{.m = s.m,
+                                 .n = s.n,
+                                 .k = s.k,
+                                 .a = da.data(),
+                                 .lda = s.k,
+                                 .b = db.data(),
+                                 .ldb = s.k,
+                                 .c = ref.data(),
+                                 .ldc = s.n,
+                                 .c_type = fc::dtype::s32,
+                                 .tile = fc::gemm_tile::large};
+    REQUIRE(fc::run(args).str() == "success");
+    args.c = got.data();
+    args.tile = fc::gemm_tile::wgmma_sm90;
+    REQUIRE(fc::run(args).str() == "success");
+    REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+    const auto r = to_host(ref), g = to_host(got);
+    CHECK(std::count(g.begin(), g.end(), 0x7F7F7F7F) == 0);
+    CHECK(g == r);
+    CHECK(dot_s8(&a[0], &b[0], s.k) == r[0]);
+  }
+  fc::cublaslt_context lt;
+  REQUIRE(lt.initialize().str() == "success");
+  check_f16_gemm<__half>({4096, 4096, 4096}, fc::dtype::f16, false, lt, fc::gemm_tile::wgmma_sm90);
+  check_f16_gemm<__half>({17, 1000, 1000}, fc::dtype::f32, true, lt, fc::gemm_tile::wgmma_sm90);
+  check_f16_gemm<__nv_bfloat16>({300, 1000, 1024}, fc::dtype::bf16, false, lt, fc::gemm_tile::wgmma_sm90);
 }

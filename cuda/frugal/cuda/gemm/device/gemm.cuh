@@ -115,6 +115,17 @@ inline status check_launch_image(const char* op, const void* kernel) {
 template <class Cfg, class Kernel>
 inline status launch_tn(const char* op, Kernel kernel, const kernel::gemm_tn_params& p, cudaStream_t stream) {
   if (auto s = check_launch_image(op, reinterpret_cast<const void*>(kernel)); !s) return s;
+  int dev = 0, optin = 0;
+  if (auto s = cuda_status(cudaGetDevice(&dev), "cudaGetDevice"); !s) return s;
+  if (auto s = cuda_status(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev),
+                           "cudaDeviceGetAttribute(MaxSharedMemoryPerBlockOptin)");
+      !s)
+    return s;
+  if (optin < Cfg::smem_bytes)
+    return fail(status_code::unsupported_arch, op,
+                "needs " + std::to_string(Cfg::smem_bytes) +
+                    " bytes of shared memory per block, the device allows " + std::to_string(optin) +
+                    "; use gemm_tile::small");
   if (auto s = cuda_status(
           cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::smem_bytes),
           "cudaFuncSetAttribute(MaxDynamicSharedMemorySize)");
