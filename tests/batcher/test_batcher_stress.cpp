@@ -182,3 +182,39 @@ TEST_CASE(
           s.failed.deadline_exceeded, ", cancelled ", s.failed.cancelled, ", closed ", s.failed.closed,
           ", queue_full ", s.failed.queue_full, ", model ", s.failed.model_error);
 }
+
+TEST_CASE("adaptive: learns and sheds while producers and workers run on real threads") {
+  frugal::batcher<int, int, frugal::adaptive> b{
+      {.max_batch = 16}, {}, frugal::adaptive{{.latency_target = 5ms}}};
+  constexpr int per_producer = 5000;
+  std::atomic<int> resolved{0}, wrong{0};
+  auto producer = [&](int base) {
+    for (int i = 0; i < per_producer; ++i) {
+      const int request = base + i;
+      b.submit(request,
+               [&, request](frugal::outcome<int> o) {
+                 if (o && *o != request + 1) ++wrong;
+                 ++resolved;
+               },
+               {.deadline = std::chrono::steady_clock::now() + 2ms});
+    }
+  };
+  std::thread worker([&] {
+    while (auto batch = b.next_batch()) {
+      std::vector<int> out;
+      for (int x : batch->requests()) out.push_back(x + 1);
+      batch->fulfill(std::move(out));
+    }
+  });
+  std::thread p1(producer, 0), p2(producer, per_producer);
+  p1.join();
+  p2.join();
+  b.close();
+  worker.join();
+  CHECK(resolved == 2 * per_producer);
+  CHECK(wrong == 0);
+  CHECK(b.policy().fitted());
+  const auto s = b.stats();
+  CHECK(s.completed + s.failed.total() == s.submitted);
+  CHECK(s.completed > 0);
+}
