@@ -334,6 +334,11 @@ TEST_CASE("quant: every SIMD path quantizes and dequantizes bit for bit like the
                                            .granularity = q::granularity::per_channel,
                                            .axis = 1,
                                            .symmetric = symmetric,
+                                           .rounding = rounding},
+                                          {.type = t,
+                                           .granularity = q::granularity::per_group,
+                                           .group_size = 67,
+                                           .symmetric = symmetric,
                                            .rounding = rounding}};
         for (const auto& s : schemes) {
           auto ref = q::quantize(x, rows, cols, s, q::simd_path::portable);
@@ -344,6 +349,9 @@ TEST_CASE("quant: every SIMD path quantizes and dequantizes bit for bit like the
                   x[r * cols + c], ref.scales[p], ref.zero_points[p], q::qmin(s), q::qmax(s), rounding);
               REQUIRE(ref.value(r, c) == want);
             }
+          const auto two_pass = q::quantize(x, rows, cols, s, q::choose_params(x, rows, cols, s));
+          CHECK(two_pass.data == ref.data);
+          CHECK(two_pass.scales == ref.scales);
           std::vector<float> ref_back(x.size());
           q::dequantize(ref, ref_back, q::simd_path::portable);
           for (auto path : float_paths()) {
@@ -366,6 +374,9 @@ TEST_CASE("quant: per-channel and per-group error is lower than per-tensor on ou
   const double tensor = err({});
   const double channel = err({.granularity = q::granularity::per_channel, .axis = 0});
   const double group = err({.granularity = q::granularity::per_group, .group_size = 32});
+  const q::scheme g32{.granularity = q::granularity::per_group, .group_size = 32};
+  const std::span<const float> ws(w.data(), static_cast<std::size_t>(w.size()));
+  CHECK(q::quantize(w, g32).data == q::quantize(ws, 64, 256, g32, q::choose_params(ws, 64, 256, g32)).data);
   CHECK(channel < tensor / 4);
   CHECK(group < tensor / 4);
   const double i4_group =

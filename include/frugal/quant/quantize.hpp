@@ -470,9 +470,40 @@ inline quantized_tensor quantize(std::span<const float> data, std::size_t rows, 
 }
 
 /// @brief Quantizes with min-max parameters (choose_params), the dynamic quantization of PyTorch/ONNX.
+/// Per-row and per-group parameters are computed run by run, while the run is still in cache, so the
+/// data is read from memory once; per-tensor and per-column ones need the whole range first.
 inline quantized_tensor quantize(std::span<const float> data, std::size_t rows, std::size_t cols,
                                  const scheme& s, simd_path path = simd_path::automatic) {
-  return quantize(data, rows, cols, s, choose_params(data, rows, cols, s, path), path);
+  const bool fused =
+      s.granularity == granularity::per_group || (s.granularity == granularity::per_channel && s.axis == 0);
+  if (!fused) return quantize(data, rows, cols, s, choose_params(data, rows, cols, s, path), path);
+  constexpr const char* who = "frugal::quant::quantize";
+  validate(s, rows, cols, who);
+  detail::check_data_size(data.size(), rows, cols, who);
+  const auto lv = detail::resolve_float_level(path, who);
+  quantized_tensor q;
+  q.scheme = s;
+  q.rows = rows;
+  q.cols = cols;
+  q.data.resize(rows * q.row_bytes());
+  const std::size_t np = param_count(s, rows, cols);
+  q.scales.resize(np);
+  q.zero_points.resize(np);
+  const auto lo = qmin(s), hi = qmax(s);
+  const bool packed = s.type == element_type::i4;
+  std::vector<std::int8_t> row_tmp(packed ? cols : 0);
+  detail::for_each_run(s, rows, cols, [&](std::size_t r, std::size_t c, std::size_t n, std::size_t p) {
+    const float* x = data.data() + r * cols + c;
+    const detail::run_range rr = detail::minmax_run(lv, x, n);
+    if (rr.first_nonfinite != n && s.nonfinite == nonfinite_policy::error)
+      detail::throw_nonfinite(who, r * cols + c + rr.first_nonfinite, x[rr.first_nonfinite]);
+    std::tie(q.scales[p], q.zero_points[p]) = params_from_range(rr.lo, rr.hi, s);
+    auto* out = packed ? row_tmp.data() + c : reinterpret_cast<std::int8_t*>(q.data.data() + r * cols + c);
+    detail::quantize_run(lv, x, n, q.scales[p], q.zero_points[p], lo, hi, s.rounding, out);
+    if (packed && c + n == cols)
+      detail::pack_nibbles(row_tmp.data(), cols, q.data.data() + r * q.row_bytes());
+  });
+  return q;
 }
 
 /// @brief Dequantizes into `out` (rows * cols floats): ONNX DequantizeLinear, (q - zero_point) * scale.
