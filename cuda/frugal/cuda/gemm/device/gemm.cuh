@@ -5,8 +5,10 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <mutex>
 #include <string>
 
 #include "frugal/config.hpp"
@@ -20,10 +22,43 @@
 FRUGAL_BEGIN_NAMESPACE
 namespace cuda {
 
-/// @brief The current device's compute capability and SM count.
+namespace detail {
+// Per-device facts and per-(kernel, device) setup are fetched once: decode-sized GEMMs run in ~10 µs, so a
+// handful of attribute queries per call would be a visible share of the host's time.
+inline constexpr int max_cached_devices = 64;
+struct device_cache {
+  std::mutex mutex;
+  device_info info[max_cached_devices];
+  bool known[max_cached_devices] = {};
+};
+inline device_cache& devices() {
+  static device_cache c;
+  return c;
+}
+inline status query_device_uncached(int dev, device_info& info);
+}  // namespace detail
+
+/// @brief The current device's compute capability and SM count (cached per device).
 inline status query_device(device_info& info) {
   int dev = 0;
   if (auto s = cuda_status(cudaGetDevice(&dev), "cudaGetDevice"); !s) return s;
+  if (dev < 0 || dev >= detail::max_cached_devices) return detail::query_device_uncached(dev, info);
+  auto& cache = detail::devices();
+  {
+    std::lock_guard lock(cache.mutex);
+    if (cache.known[dev]) {
+      info = cache.info[dev];
+      return status::ok();
+    }
+  }
+  if (auto s = detail::query_device_uncached(dev, info); !s) return s;
+  std::lock_guard lock(cache.mutex);
+  cache.info[dev] = info;
+  cache.known[dev] = true;
+  return status::ok();
+}
+
+inline status detail::query_device_uncached(int dev, device_info& info) {
   if (auto s = cuda_status(cudaDeviceGetAttribute(&info.cc_major, cudaDevAttrComputeCapabilityMajor, dev),
                            "cudaDeviceGetAttribute(major)");
       !s)
@@ -113,10 +148,9 @@ inline status check_launch_image(const char* op, const void* kernel) {
 }
 
 template <class Cfg, class Kernel>
-inline status launch_tn(const char* op, Kernel kernel, const kernel::gemm_tn_params& p, cudaStream_t stream) {
+inline status prepare_tn(const char* op, Kernel kernel, int dev) {
   if (auto s = check_launch_image(op, reinterpret_cast<const void*>(kernel)); !s) return s;
-  int dev = 0, optin = 0;
-  if (auto s = cuda_status(cudaGetDevice(&dev), "cudaGetDevice"); !s) return s;
+  int optin = 0;
   if (auto s = cuda_status(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev),
                            "cudaDeviceGetAttribute(MaxSharedMemoryPerBlockOptin)");
       !s)
@@ -131,6 +165,26 @@ inline status launch_tn(const char* op, Kernel kernel, const kernel::gemm_tn_par
           "cudaFuncSetAttribute(MaxDynamicSharedMemorySize)");
       !s)
     return s;
+  return status::ok();
+}
+
+// One bit per device: this kernel's image was found and its shared-memory limit raised there.
+inline bool prepared(std::atomic<std::uint64_t>& mask, int dev) {
+  return dev >= 0 && dev < 64 && (mask.load(std::memory_order_acquire) >> dev & 1u);
+}
+inline void mark_prepared(std::atomic<std::uint64_t>& mask, int dev) {
+  if (dev >= 0 && dev < 64) mask.fetch_or(std::uint64_t(1) << dev, std::memory_order_acq_rel);
+}
+
+template <class Cfg, class Kernel>
+inline status launch_tn(const char* op, Kernel kernel, const kernel::gemm_tn_params& p, cudaStream_t stream) {
+  static std::atomic<std::uint64_t> ready{0};
+  int dev = 0;
+  if (auto s = cuda_status(cudaGetDevice(&dev), "cudaGetDevice"); !s) return s;
+  if (!prepared(ready, dev)) {
+    if (auto s = prepare_tn<Cfg>(op, kernel, dev); !s) return s;
+    mark_prepared(ready, dev);
+  }
   const dim3 grid((p.n + Cfg::BN - 1) / Cfg::BN, (p.m + Cfg::BM - 1) / Cfg::BM);
   if (grid.y > 65535u) return fail(status_code::invalid_problem, op, "M is too large for the grid");
   kernel<<<grid, Cfg::threads, Cfg::smem_bytes, stream>>>(p);
@@ -435,7 +489,13 @@ inline const void* weight_only_kernel() {
 template <bool Int4, int NTiles, class X>
 inline status launch_weight_only(const char* op, const kernel::weight_only_params& p, cudaStream_t stream) {
   using cfg = kernel::weight_only_config<Int4, NTiles>;
-  if (auto s = check_launch_image(op, weight_only_kernel<Int4, NTiles, X>()); !s) return s;
+  static std::atomic<std::uint64_t> ready{0};
+  int dev = 0;
+  if (auto s = cuda_status(cudaGetDevice(&dev), "cudaGetDevice"); !s) return s;
+  if (!prepared(ready, dev)) {
+    if (auto s = check_launch_image(op, weight_only_kernel<Int4, NTiles, X>()); !s) return s;
+    mark_prepared(ready, dev);
+  }
   const dim3 grid((p.n + cfg::block_n - 1) / cfg::block_n, p.splits, (p.m + 15) / 16);
   if (grid.z > 65535u) return fail(status_code::invalid_problem, op, "M is too large for the grid");
   if constexpr (Int4)
