@@ -62,36 +62,56 @@ inline void gemm_s8_portable(const std::int8_t* a, std::size_t m, std::size_t k,
 }
 
 #if FRUGAL_QUANT_X86
+// Named accumulators, not an array: GCC 12 shuffles an unrolled array of them between registers on
+// every iteration, which halves the throughput of this loop.
+#  define FRUGAL_QUANT_VNNI_ROW(i)                                          \
+    if constexpr (MR > i) {                                                 \
+      std::int32_t a4;                                                      \
+      std::memcpy(&a4, a + static_cast<std::size_t>(i) * lda + q * 4, 4);   \
+      const __m512i av = _mm512_set1_epi32(a4);                             \
+      c##i##0 = _mm512_dpbusd_epi32(c##i##0, av, b0);                       \
+      if constexpr (NP > 1) c##i##1 = _mm512_dpbusd_epi32(c##i##1, av, b1); \
+    }
+#  define FRUGAL_QUANT_VNNI_STORE(i)                                                                     \
+    if constexpr (MR > i) {                                                                              \
+      _mm512_storeu_si512(c + i * NP * 16, _mm512_sub_epi32(c##i##0, corr0));                            \
+      if constexpr (NP > 1) _mm512_storeu_si512(c + i * NP * 16 + 16, _mm512_sub_epi32(c##i##1, corr1)); \
+    }
+
 template <int MR, int NP>
 FRUGAL_QUANT_TARGET_AVX512VNNI inline void micro_avx512_vnni(const std::uint8_t* a, std::size_t lda,
                                                              const std::int8_t* b, std::size_t k4,
                                                              const std::int32_t* corr,
                                                              std::int32_t* c) noexcept {
-  __m512i acc[MR][NP];
-FRUGAL_QUANT_UNROLL(8)
-  for (int i = 0; i < MR; ++i)
-FRUGAL_QUANT_UNROLL(2)
-    for (int p = 0; p < NP; ++p) acc[i][p] = _mm512_setzero_si512();
+  const __m512i z = _mm512_setzero_si512();
+  __m512i c00 = z, c01 = z, c10 = z, c11 = z, c20 = z, c21 = z, c30 = z, c31 = z;
+  __m512i c40 = z, c41 = z, c50 = z, c51 = z, c60 = z, c61 = z, c70 = z, c71 = z;
   for (std::size_t q = 0; q < k4; ++q) {
-    __m512i bv[NP];
-FRUGAL_QUANT_UNROLL(2)
-    for (int p = 0; p < NP; ++p) bv[p] = _mm512_loadu_si512(b + (static_cast<std::size_t>(p) * k4 + q) * 64);
-FRUGAL_QUANT_UNROLL(8)
-    for (int i = 0; i < MR; ++i) {
-      std::int32_t a4;
-      std::memcpy(&a4, a + static_cast<std::size_t>(i) * lda + q * 4, 4);
-      const __m512i av = _mm512_set1_epi32(a4);
-FRUGAL_QUANT_UNROLL(2)
-      for (int p = 0; p < NP; ++p) acc[i][p] = _mm512_dpbusd_epi32(acc[i][p], av, bv[p]);
-    }
+    const __m512i b0 = _mm512_loadu_si512(b + q * 64);
+    const __m512i b1 = NP > 1 ? _mm512_loadu_si512(b + (k4 + q) * 64) : b0;
+    FRUGAL_QUANT_VNNI_ROW(0)
+    FRUGAL_QUANT_VNNI_ROW(1)
+    FRUGAL_QUANT_VNNI_ROW(2)
+    FRUGAL_QUANT_VNNI_ROW(3)
+    FRUGAL_QUANT_VNNI_ROW(4)
+    FRUGAL_QUANT_VNNI_ROW(5)
+    FRUGAL_QUANT_VNNI_ROW(6)
+    FRUGAL_QUANT_VNNI_ROW(7)
   }
-FRUGAL_QUANT_UNROLL(8)
-  for (int i = 0; i < MR; ++i)
-FRUGAL_QUANT_UNROLL(2)
-    for (int p = 0; p < NP; ++p)
-      _mm512_storeu_si512(c + i * NP * 16 + p * 16,
-                          _mm512_sub_epi32(acc[i][p], _mm512_loadu_si512(corr + p * 16)));
+  const __m512i corr0 = _mm512_loadu_si512(corr);
+  const __m512i corr1 = NP > 1 ? _mm512_loadu_si512(corr + 16) : corr0;
+  FRUGAL_QUANT_VNNI_STORE(0)
+  FRUGAL_QUANT_VNNI_STORE(1)
+  FRUGAL_QUANT_VNNI_STORE(2)
+  FRUGAL_QUANT_VNNI_STORE(3)
+  FRUGAL_QUANT_VNNI_STORE(4)
+  FRUGAL_QUANT_VNNI_STORE(5)
+  FRUGAL_QUANT_VNNI_STORE(6)
+  FRUGAL_QUANT_VNNI_STORE(7)
+  (void)corr1;
 }
+#  undef FRUGAL_QUANT_VNNI_ROW
+#  undef FRUGAL_QUANT_VNNI_STORE
 
 template <int NP>
 FRUGAL_QUANT_TARGET_AVX512VNNI inline void micro_avx512_vnni_rows(int mr, const std::uint8_t* a,
@@ -146,12 +166,12 @@ FRUGAL_QUANT_TARGET_AVXVNNI inline void micro_avx_vnni(const std::uint8_t* a, st
                                                        const std::int8_t* b, std::size_t k4,
                                                        const std::int32_t* corr, std::int32_t* c) noexcept {
   __m256i acc[MR][2];
-FRUGAL_QUANT_UNROLL(4)
+  FRUGAL_QUANT_UNROLL(4)
   for (int i = 0; i < MR; ++i) acc[i][0] = acc[i][1] = _mm256_setzero_si256();
   for (std::size_t q = 0; q < k4; ++q) {
     const __m256i b0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + q * 64));
     const __m256i b1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + q * 64 + 32));
-FRUGAL_QUANT_UNROLL(4)
+    FRUGAL_QUANT_UNROLL(4)
     for (int i = 0; i < MR; ++i) {
       std::int32_t a4;
       std::memcpy(&a4, a + static_cast<std::size_t>(i) * lda + q * 4, 4);
@@ -162,7 +182,7 @@ FRUGAL_QUANT_UNROLL(4)
   }
   const __m256i c0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(corr));
   const __m256i c1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(corr + 8));
-FRUGAL_QUANT_UNROLL(4)
+  FRUGAL_QUANT_UNROLL(4)
   for (int i = 0; i < MR; ++i) {
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(c + i * 16), _mm256_sub_epi32(acc[i][0], c0));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(c + i * 16 + 8), _mm256_sub_epi32(acc[i][1], c1));
@@ -205,29 +225,28 @@ template <int MR>
 FRUGAL_QUANT_TARGET_AVX2 inline void micro_avx2(const std::int16_t* a, std::size_t lda, const std::int8_t* b,
                                                 std::size_t k4, std::int32_t* c) noexcept {
   __m256i acc[MR][4];
-FRUGAL_QUANT_UNROLL(4)
+  FRUGAL_QUANT_UNROLL(4)
   for (int i = 0; i < MR; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = _mm256_setzero_si256();
   for (std::size_t q = 0; q < k4; ++q) {
     __m256i bv[4];
-FRUGAL_QUANT_UNROLL(4)
+    FRUGAL_QUANT_UNROLL(4)
     for (int h = 0; h < 4; ++h)
       bv[h] = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + q * 64 + h * 16)));
-FRUGAL_QUANT_UNROLL(4)
+    FRUGAL_QUANT_UNROLL(4)
     for (int i = 0; i < MR; ++i) {
       long long a4;
       std::memcpy(&a4, a + static_cast<std::size_t>(i) * lda + q * 4, 8);
       const __m256i av = _mm256_set1_epi64x(a4);
-FRUGAL_QUANT_UNROLL(4)
+      FRUGAL_QUANT_UNROLL(4)
       for (int h = 0; h < 4; ++h) acc[i][h] = _mm256_add_epi32(acc[i][h], _mm256_madd_epi16(av, bv[h]));
     }
   }
-FRUGAL_QUANT_UNROLL(4)
-  for (int i = 0; i < MR; ++i)
-FRUGAL_QUANT_UNROLL(2)
-    for (int h = 0; h < 2; ++h) {
-      const __m256i s = _mm256_permute4x64_epi64(_mm256_hadd_epi32(acc[i][2 * h], acc[i][2 * h + 1]), 0xd8);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(c + i * 16 + h * 8), s);
-    }
+  FRUGAL_QUANT_UNROLL(4)
+  for (int i = 0; i < MR; ++i) FRUGAL_QUANT_UNROLL(2)
+  for (int h = 0; h < 2; ++h) {
+    const __m256i s = _mm256_permute4x64_epi64(_mm256_hadd_epi32(acc[i][2 * h], acc[i][2 * h + 1]), 0xd8);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(c + i * 16 + h * 8), s);
+  }
 }
 
 inline void gemm_s8_avx2(const std::int16_t* a, std::size_t m, std::size_t k4, const std::int8_t* bp,
