@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <regex>
 #include <string>
@@ -68,7 +69,8 @@ TEST_CASE("serve: a scripted ladder answers every request and its figures agree 
     CHECK(prom_value(r.prometheus, "frugal_requests_total{feature=\"tiny\",outcome=\"ok\"}") == doctest::Approx(400));
     CHECK(r.prometheus.find("frugal_cost_usd_total") != std::string::npos);
 #ifdef FRUGAL_PROMTOOL
-    const std::string path = "test_serve_step" + std::to_string(i) + ".prom";
+    const std::string path =
+        (std::filesystem::temp_directory_path() / ("frugal_test_serve_step" + std::to_string(i) + ".prom")).string();
     std::ofstream(path) << r.prometheus;
     CHECK(std::system((std::string(FRUGAL_PROMTOOL) + " check metrics < " + path + " > /dev/null 2>&1").c_str()) == 0);
 #endif
