@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 need_packages() {
-  local pkgs=(cmake g++ make libeigen3-dev libxxhash-dev doctest-dev libbenchmark-dev nlohmann-json3-dev libtbb-dev libdnnl-dev "$@")
+  local pkgs=(cmake g++ make libeigen3-dev libxxhash-dev doctest-dev libbenchmark-dev nlohmann-json3-dev libtbb-dev libdnnl-dev python3 python3-venv "$@")
   local missing=()
   for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
