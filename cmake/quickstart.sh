@@ -39,10 +39,27 @@ case "${1:-}" in
     exec "./build/release/examples/$DEMO_PATH" "$@"
     ;;
   test)
-    need_packages
+    # clang and its runtime for the libFuzzer stage, prometheus for promtool (the Prometheus export check).
+    need_packages clang libclang-rt-14-dev prometheus
     start=$(date +%s)
-    cmake --workflow --preset dev
-    echo "quickstart: all stages passed in $(( $(date +%s) - start )) s"
+    stage() {
+      local name=$1
+      shift
+      local t0
+      t0=$(date +%s)
+      echo "=== quickstart: stage $name"
+      "$@"
+      echo "=== quickstart: stage $name passed in $(($(date +%s) - t0)) s"
+    }
+    # 1. Everything: build (host, CUDA, benchmarks, examples) and every test, packaging included.
+    stage dev cmake --workflow --preset dev
+    # 2. The host suite again under AddressSanitizer + UndefinedBehaviorSanitizer, then ThreadSanitizer.
+    stage asan cmake --workflow --preset asan
+    stage tsan cmake --workflow --preset tsan
+    # 3. A short libFuzzer run of every harness (ASan + UBSan), and the 2-minute soak with fault injection.
+    stage fuzz tests/fuzz/run.sh build/fuzz "${FRUGAL_FUZZ_SECONDS:-30}"
+    stage soak ./build/dev/tests/soak/soak --seconds "${FRUGAL_SOAK_SECONDS:-120}"
+    echo "quickstart: all stages passed in $(($(date +%s) - start)) s"
     ;;
   *)
     echo "usage: $0 demo [demo options] | test" >&2

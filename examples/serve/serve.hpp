@@ -12,6 +12,8 @@
 #include <cstdio>
 #include <fstream>
 #include <functional>
+#include <limits>
+#include <type_traits>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -70,11 +72,67 @@ struct config {
   bool quiet = false;
 };
 
+namespace detail {
+
+[[noreturn]] inline void bad_field(const std::string& key, const std::string& what) {
+  throw std::invalid_argument("config: " + key + " " + what);
+}
+
+// nlohmann's get<int>() static_casts a double, which is undefined out of range: check first.
+template <class T>
+void read(const json& v, const std::string& key, T& out) {
+  if constexpr (std::is_same_v<T, bool>) {
+    if (!v.is_boolean()) bad_field(key, "must be true or false");
+    out = v.get<bool>();
+  } else if constexpr (std::is_same_v<T, std::string>) {
+    if (!v.is_string()) bad_field(key, "must be a string");
+    out = v.get<std::string>();
+  } else if constexpr (std::is_floating_point_v<T>) {
+    if (!v.is_number()) bad_field(key, "must be a number");
+    const double d = v.get<double>();
+    if (!std::isfinite(d) || std::abs(d) > static_cast<double>(std::numeric_limits<T>::max()))
+      bad_field(key, "must be a finite number");
+    out = static_cast<T>(d);
+  } else if constexpr (std::is_integral_v<T>) {
+    if (!v.is_number()) bad_field(key, "must be an integer");
+    std::int64_t i = 0;
+    if (v.is_number_float()) {
+      const double d = v.get<double>();
+      if (!(std::abs(d) < 9007199254740992.0) || d != std::floor(d)) bad_field(key, "must be an integer in range");
+      i = static_cast<std::int64_t>(d);
+    } else if (v.is_number_unsigned()) {
+      const auto u = v.get<std::uint64_t>();
+      if (u > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) bad_field(key, "is out of range");
+      i = static_cast<std::int64_t>(u);
+    } else {
+      i = v.get<std::int64_t>();
+    }
+    if (i < 0 && std::is_unsigned_v<T>) bad_field(key, "must not be negative");
+    if constexpr (std::is_signed_v<T>) {
+      if (i < static_cast<std::int64_t>(std::numeric_limits<T>::min()) || i > static_cast<std::int64_t>(std::numeric_limits<T>::max()))
+        bad_field(key, "is out of range");
+    } else if (static_cast<std::uint64_t>(i) > static_cast<std::uint64_t>(std::numeric_limits<T>::max())) {
+      bad_field(key, "is out of range");
+    }
+    out = static_cast<T>(i);
+  } else {  // std::vector<int>
+    if (!v.is_array()) bad_field(key, "must be an array");
+    out.clear();
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      typename T::value_type e{};
+      read(v[i], key + "[" + std::to_string(i) + "]", e);
+      out.push_back(e);
+    }
+  }
+}
+
+}  // namespace detail
+
 /// Reads a config; every field is optional and falls back to the defaults of `config`.
 inline config parse_config(const json& j) {
   config c;
   auto get = [](const json& o, const char* key, auto& field) {
-    if (o.contains(key)) field = o.at(key).get<std::remove_reference_t<decltype(field)>>();
+    if (o.is_object() && o.contains(key)) detail::read(o.at(key), key, field);
   };
   get(j, "seed", c.model.seed);
   get(j, "out_dir", c.out_dir);
@@ -107,7 +165,8 @@ inline config parse_config(const json& j) {
     get(t, "pool", c.pool);
     get(t, "zipf_s", c.zipf_s);
     get(t, "accuracy_sample", c.accuracy_sample);
-    if (t.contains("phases"))
+    if (t.contains("phases")) {
+      if (!t["phases"].is_array()) detail::bad_field("traffic.phases", "must be an array");
       for (const auto& p : t["phases"]) {
         phase ph;
         get(p, "kind", ph.kind);
@@ -117,7 +176,9 @@ inline config parse_config(const json& j) {
         get(p, "ms", ph.ms);
         c.phases.push_back(ph);
       }
+    }
   }
+  if (j.contains("ladder") && !j["ladder"].is_array()) detail::bad_field("ladder", "must be an array");
   if (j.contains("ladder"))
     for (const auto& s : j["ladder"]) {
       step_config st;
@@ -131,7 +192,14 @@ inline config parse_config(const json& j) {
     }
 
   auto bad = [](const std::string& what) { throw std::invalid_argument("config: " + what); };
-  if (c.pool <= 0) bad("traffic.pool must be > 0");
+  // Upper bounds keep every duration within nanoseconds' range and the input pool within memory.
+  constexpr double hour_ms = 3.6e6;
+  if (c.pool <= 0 || c.pool > 1'000'000) bad("traffic.pool must be in 1..1000000");
+  if (c.max_batch > 65536) bad("batcher.max_batch must be at most 65536");
+  if (c.window_ms > hour_ms) bad("batcher.window_ms must be at most an hour");
+  if (c.latency_target_ms > hour_ms) bad("batcher.latency_target_ms must be at most an hour");
+  for (int d : c.model.dims)
+    if (d > 65536) bad("model.dims entries must be at most 65536");
   if (c.zipf_s < 0) bad("traffic.zipf_s must be >= 0");
   if (c.max_batch <= 0) bad("batcher.max_batch must be > 0");
   if (c.window_ms < 0) bad("batcher.window_ms must be >= 0");
@@ -141,12 +209,14 @@ inline config parse_config(const json& j) {
   for (std::size_t i = 0; i < c.phases.size(); ++i) {
     const auto& p = c.phases[i];
     const std::string at = "traffic.phases[" + std::to_string(i) + "]";
+    if (p.requests > 10'000'000 || p.clients > 100'000) bad(at + ": at most 10M requests and 100k clients a phase");
     if (p.kind == "closed") {
       if (p.clients <= 0 || p.requests <= 0) bad(at + ": a closed phase needs clients > 0 and requests > 0");
     } else if (p.kind == "poisson") {
-      if (p.rate <= 0 || p.requests <= 0) bad(at + ": a poisson phase needs rate > 0 and requests > 0");
+      if (p.rate < 1e-3 || p.rate > 1e9 || p.requests <= 0)
+        bad(at + ": a poisson phase needs rate in [0.001, 1e9] and requests > 0");
     } else if (p.kind == "idle") {
-      if (p.ms < 0) bad(at + ": an idle phase needs ms >= 0");
+      if (p.ms < 0 || p.ms > hour_ms) bad(at + ": an idle phase needs ms in [0, one hour]");
     } else {
       bad(at + ".kind \"" + p.kind + "\" is not closed, poisson or idle");
     }

@@ -101,7 +101,7 @@ class batcher {
     std::vector<callback> done;
     std::vector<time_point> arrival;
     std::vector<std::int64_t> latency;  // end-to-end ns of a completed item, -1 otherwise
-    std::vector<unsigned char> state;   // 0 pending, 1 resolved, 2 being resolved now
+    std::vector<unsigned char> state;   // 0 pending, 1 resolved, 2 being resolved now, 3 resolved and counted
     void clear() noexcept {
       requests.clear();
       done.clear();
@@ -178,6 +178,7 @@ class batcher {
         oldest_ = o.oldest_;
         reported_ = o.reported_;
         counts_ = o.counts_;
+        accounted_ = o.accounted_;
       }
       return *this;
     }
@@ -248,7 +249,8 @@ class batcher {
       const time_point now = core_->clock.now();
       b.state[i] = 1;
       b.latency[i] = std::chrono::duration_cast<std::chrono::nanoseconds>(now - b.arrival[i]).count();
-      ++counts_.completed;
+      if (pending_ > 1) account_item_now(i, &core::completed);
+      else ++counts_.completed;
       deliver(b.done[i], outcome<Result>(std::move(result)));
       if (--pending_ == 0) finish(now);
     }
@@ -264,7 +266,8 @@ class batcher {
       require_item(i, "fail");
       buffers& b = *buf_;
       b.state[i] = 1;
-      ++counts_.model;
+      if (pending_ > 1) account_item_now(i, &core::f_model);
+      else ++counts_.model;
       deliver(b.done[i], outcome<Result>(std::move(e)));
       if (--pending_ == 0) finish(core_->clock.now());
     }
@@ -308,6 +311,19 @@ class batcher {
                                std::to_string(i) + " is already resolved");
     }
 
+    // A request resolved alone, before the rest of its batch, shows in stats() at once: it is counted
+    // here, and finish() leaves it out (state 3 marks it).
+    void account_item_now(std::size_t i, std::uint64_t core::*counter) {
+      core& c = *core_;
+      buffers& b = *buf_;
+      std::lock_guard g(c.sm);
+      ++(c.*counter);
+      if (b.latency[i] >= 0) c.end_to_end.record(b.latency[i]);
+      c.in_flight.fetch_sub(1, std::memory_order_relaxed);
+      b.state[i] = 3;
+      ++accounted_;
+    }
+
     static void deliver(callback& cb, outcome<Result>&& o) noexcept {
       cb(std::move(o));
       cb.reset();
@@ -347,9 +363,9 @@ class batcher {
         for (std::size_t i = 0; i < b.arrival.size(); ++i) {
           c.queue_wait.record(
               std::chrono::duration_cast<std::chrono::nanoseconds>(handed_out_ - b.arrival[i]).count());
-          if (b.latency[i] >= 0) c.end_to_end.record(b.latency[i]);
+          if (b.latency[i] >= 0 && b.state[i] != 3) c.end_to_end.record(b.latency[i]);
         }
-        c.in_flight.fetch_sub(b.arrival.size(), std::memory_order_relaxed);
+        c.in_flight.fetch_sub(b.arrival.size() - accounted_, std::memory_order_relaxed);
         c.in_flight_batches.fetch_sub(1, std::memory_order_relaxed);
       }
       if constexpr (learning_policy<Policy>) {
@@ -378,6 +394,7 @@ class batcher {
     time_point oldest_{};
     std::optional<duration> reported_{};
     resolution_counts counts_{};
+    std::size_t accounted_ = 0;
   };
 
   /// @brief Validates the options (std::invalid_argument naming the field) and starts empty.

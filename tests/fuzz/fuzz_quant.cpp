@@ -206,10 +206,6 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* bytes, std::size_t siz
   }
   std::size_t product;
   const bool overflow = __builtin_mul_overflow(rows, cols, &product);
-#ifdef FRUGAL_FUZZ_SKIP_KNOWN_BUGS
-  // Known bug: regression test "quant: a shape whose rows * cols overflows is rejected".
-  if (overflow) return 0;
-#endif
   // An empty tensor with a huge other side would only test the allocator.
   if (!overflow && (product > 4096 || rows > 4096 || cols > 4096)) return 0;
   const bool size_mismatch = fdp.ConsumeIntegralInRange<int>(0, 31) == 0;
@@ -285,11 +281,6 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* bytes, std::size_t siz
       }
       // A tensor whose data or parameters are too short for its shape must be rejected, not read past.
       if (fdp.ConsumeIntegralInRange<int>(0, 15) == 0 && rows * cols != 0) {
-#ifdef FRUGAL_FUZZ_SKIP_KNOWN_BUGS
-        // Known bug: regression test "quant: dequantize rejects a tensor whose data or parameters do not
-        // match its shape".
-        return 0;
-#endif
         if (fdp.ConsumeBool())
           t.data.pop_back();
         else

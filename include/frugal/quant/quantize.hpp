@@ -313,6 +313,10 @@ inline void dequantize_run(float_level lv, const std::int8_t* q, bool is_unsigne
 }
 
 inline void check_data_size(std::size_t size, std::size_t rows, std::size_t cols, const char* who) {
+  // rows * cols may wrap (2^32 x 2^32 is 0), which would let an empty span pass for a huge shape.
+  if (cols != 0 && rows > std::numeric_limits<std::size_t>::max() / cols)
+    throw std::invalid_argument(std::string(who) + ": rows * cols = " + std::to_string(rows) + " * " +
+                                std::to_string(cols) + " overflows size_t");
   if (size != rows * cols)
     throw std::invalid_argument(std::string(who) + ": data has " + std::to_string(size) +
                                 " elements, not rows * cols = " + std::to_string(rows) + " * " +
@@ -511,8 +515,14 @@ inline void dequantize(const quantized_tensor& q, std::span<float> out,
                        simd_path path = simd_path::automatic) {
   constexpr const char* who = "frugal::quant::dequantize";
   detail::check_data_size(out.size(), q.rows, q.cols, who);
-  const auto lv = detail::resolve_float_level(path, who);
   const scheme& s = q.scheme;
+  // A quantized_tensor is a plain aggregate (it may come from disk): check it against its own shape.
+  validate(s, q.rows, q.cols, who);
+  if (q.data.size() != q.rows * q.row_bytes())
+    throw std::invalid_argument(std::string(who) + ": data has " + std::to_string(q.data.size()) +
+                                " bytes, the shape needs rows * row_bytes() = " + std::to_string(q.rows * q.row_bytes()));
+  validate_params(quant_params{q.scales, q.zero_points}, s, q.rows, q.cols, who);
+  const auto lv = detail::resolve_float_level(path, who);
   if (s.type == element_type::i4 || (s.granularity == granularity::per_channel && s.axis == 1)) {
     for (std::size_t r = 0; r < q.rows; ++r)
       for (std::size_t c = 0; c < q.cols; ++c) out[r * q.cols + c] = q.dequantized(r, c);
