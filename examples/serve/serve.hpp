@@ -49,6 +49,7 @@ struct step_config {
   bool batching = true;
   bool cache = false;
   std::string policy = "fixed";  // or "adaptive"
+  int max_batch = 0;             // 0: the batcher's max_batch
 };
 
 struct config {
@@ -188,6 +189,7 @@ inline config parse_config(const json& j) {
       get(s, "batching", st.batching);
       get(s, "cache", st.cache);
       get(s, "policy", st.policy);
+      get(s, "max_batch", st.max_batch);
       c.ladder.push_back(st);
     }
 
@@ -224,6 +226,7 @@ inline config parse_config(const json& j) {
   for (std::size_t i = 0; i < c.ladder.size(); ++i) {
     const auto& s = c.ladder[i];
     (void)parse_precision(s.precision);
+    if (s.max_batch < 0 || s.max_batch > 65536) bad("ladder[" + std::to_string(i) + "].max_batch must be in 0..65536");
     if (s.policy != "fixed" && s.policy != "adaptive")
       bad("ladder[" + std::to_string(i) + "].policy \"" + s.policy + "\" is not fixed or adaptive");
   }
@@ -361,7 +364,7 @@ step_result run_step(const step_config& st, const shared_inputs& in, Policy poli
   frugal::batcher_options bopt{
       .window = st.batching ? std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double, std::milli>(cfg.window_ms))
                             : std::chrono::nanoseconds(0),
-      .max_batch = st.batching ? static_cast<std::size_t>(cfg.max_batch) : 1,
+      .max_batch = st.batching ? static_cast<std::size_t>(st.max_batch ? st.max_batch : cfg.max_batch) : 1,
       .max_queued = cfg.max_queued,
   };
   frugal::batcher<request, output, Policy> batcher(bopt, {}, std::move(policy));
