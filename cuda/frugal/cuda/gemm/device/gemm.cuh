@@ -307,6 +307,21 @@ inline std::size_t get_workspace_size(const Args& a, const device_info& dev) {
   return s > 1 ? static_cast<std::size_t>(s) * a.m * a.n * sizeof(float) : 0;
 }
 
+namespace detail {
+// What W8A16 and W4A16 check after their weights: scales, output, architecture and split-K workspace.
+template <class Args>
+status check_weight_only_tail(const char* op, const Args& a, const device_info& dev) {
+  if (a.scale == nullptr) return fail(status_code::invalid_pointer, op, "scale is null");
+  if (auto s = check_output(op, a.c, a.ldc, a.n, a.c_type); !s) return s;
+  if (auto s = check_arch(op, dev); !s) return s;
+  const std::size_t need = get_workspace_size(a, dev);
+  if (need > 0 && (a.workspace == nullptr || a.workspace_bytes < need))
+    return fail(status_code::workspace_too_small, op,
+                "split-K needs " + std::to_string(need) + " bytes of workspace, got " + std::to_string(a.workspace_bytes));
+  return status::ok();
+}
+}  // namespace detail
+
 /// @brief Whether gemm_w8a16 can run `args` on a device like `dev`.
 inline status can_implement(const gemm_w8a16_arguments& a, const device_info& dev) {
   constexpr const char* op = "gemm_w8a16";
@@ -316,15 +331,7 @@ inline status can_implement(const gemm_w8a16_arguments& a, const device_info& de
                         "K (" + std::to_string(a.k) + ") must be a multiple of 16");
   if (auto s = detail::check_operand(op, "x", a.x, a.ldx, a.k, 8); !s) return s;
   if (auto s = detail::check_operand(op, "w", a.w, a.ldw, a.k, 16); !s) return s;
-  if (a.scale == nullptr) return detail::fail(status_code::invalid_pointer, op, "scale is null");
-  if (auto s = detail::check_output(op, a.c, a.ldc, a.n, a.c_type); !s) return s;
-  if (auto s = detail::check_arch(op, dev); !s) return s;
-  const std::size_t need = get_workspace_size(a, dev);
-  if (need > 0 && (a.workspace == nullptr || a.workspace_bytes < need))
-    return detail::fail(status_code::workspace_too_small, op,
-                        "split-K needs " + std::to_string(need) + " bytes of workspace, got " +
-                            std::to_string(a.workspace_bytes));
-  return status::ok();
+  return detail::check_weight_only_tail(op, a, dev);
 }
 
 /// @brief Whether gemm_w4a16 can run `args` on a device like `dev`.
@@ -340,15 +347,7 @@ inline status can_implement(const gemm_w4a16_arguments& a, const device_info& de
                             std::to_string(a.group_size) + ")");
   if (auto s = detail::check_operand(op, "x", a.x, a.ldx, a.k, 8); !s) return s;
   if (auto s = detail::check_operand(op, "w", a.w, a.ldw, a.k / 2, 16); !s) return s;
-  if (a.scale == nullptr) return detail::fail(status_code::invalid_pointer, op, "scale is null");
-  if (auto s = detail::check_output(op, a.c, a.ldc, a.n, a.c_type); !s) return s;
-  if (auto s = detail::check_arch(op, dev); !s) return s;
-  const std::size_t need = get_workspace_size(a, dev);
-  if (need > 0 && (a.workspace == nullptr || a.workspace_bytes < need))
-    return detail::fail(status_code::workspace_too_small, op,
-                        "split-K needs " + std::to_string(need) + " bytes of workspace, got " +
-                            std::to_string(a.workspace_bytes));
-  return status::ok();
+  return detail::check_weight_only_tail(op, a, dev);
 }
 
 /// @brief Whether quantize_rows can run `args` on a device like `dev`.
