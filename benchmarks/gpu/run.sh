@@ -2,8 +2,8 @@
 # The one GPU visit: runs the GPU tests, then the benchmark, writes full logs to <logdir>, prints a short table last.
 #   benchmarks/gpu/run.sh <logdir> [build dir, default build/cuda]
 # The build folder is the one configured on the build machine (cmake -DFRUGAL_ENABLE_CUDA=ON, targets
-# test_cuda_device test_cuda_gemm_checks test_cuda_gemm bench_gpu_gemm) and carried over whole. When its binaries
-# are missing, they are built here with nvcc alone (needs doctest.h: /usr/include or <build>/carry).
+# test_cuda_device test_cuda_gemm_checks test_cuda_gemm test_cuda_faults bench_gpu_gemm) and carried over whole.
+# When its binaries are missing, they are built here with nvcc alone (needs doctest.h: /usr/include or <build>/carry).
 set -uo pipefail
 logdir=${1:?usage: run.sh <logdir> [build dir]}
 build=${2:-build/cuda}
@@ -16,7 +16,7 @@ start=$(date +%s)
 { nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv || true; } >"$logdir/gpu.txt" 2>&1
 git -C "$here" rev-parse HEAD >"$logdir/commit.txt" 2>/dev/null || true
 
-tests=(test_cuda_device test_cuda_gemm_checks test_cuda_gemm)
+tests=(test_cuda_device test_cuda_gemm_checks test_cuda_gemm test_cuda_faults)
 bins="$build/tests/cuda"
 bench="$build/benchmarks/gpu/bench_gpu_gemm"
 missing=0
@@ -31,6 +31,7 @@ if (( missing )); then
   nvcc "${flags[@]}" "$here/tests/test_main.cpp" "$here/tests/cuda/test_device.cu" -o "$out/test_cuda_device" >>"$logdir/build.log" 2>&1 &
   nvcc "${flags[@]}" "$here/tests/test_main.cpp" "$here/tests/cuda/test_gemm_checks.cu" -o "$out/test_cuda_gemm_checks" -lcublasLt >>"$logdir/build.log" 2>&1 &
   nvcc "${flags[@]}" "$here/tests/test_main.cpp" "$here/tests/cuda/test_gemm_gpu.cu" -o "$out/test_cuda_gemm" -lcublasLt >>"$logdir/build.log" 2>&1 &
+  nvcc "${flags[@]}" "$here/tests/test_main.cpp" "$here/tests/cuda/test_faults.cu" -o "$out/test_cuda_faults" -lcublasLt >>"$logdir/build.log" 2>&1 &
   nvcc "${flags[@]}" "$here/benchmarks/gpu/bench_gemm.cu" -o "$out/bench_gpu_gemm" -lcublasLt >>"$logdir/build.log" 2>&1 &
   wait
   bins="$out"

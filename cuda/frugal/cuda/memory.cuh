@@ -3,30 +3,68 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <limits>
 #include <stdexcept>
 #include <string>
 #include <utility>
 
 #include "frugal/config.hpp"
+#include "frugal/cuda/status.cuh"
 
 FRUGAL_BEGIN_NAMESPACE
 namespace cuda {
 
 namespace detail {
 inline void throw_on_cuda_error(cudaError_t e, const char* what) {
-  if (e != cudaSuccess)
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();  // reported here: the next launch_status() must not see it
     throw std::runtime_error(std::string("frugal::cuda: ") + what + ": " + cudaGetErrorString(e));
+  }
+}
+
+// cudaMalloc of n elements of `elem` bytes. A failure is a status naming the bytes and the CUDA error, and it
+// is cleared from the thread's last error, so that the next kernel's launch_status() is not blamed for it.
+inline status device_malloc(void** p, std::size_t n, std::size_t elem) {
+  *p = nullptr;
+  if (n == 0) return status::ok();
+  if (n > std::numeric_limits<std::size_t>::max() / elem)
+    return make_status(status_code::invalid_problem, "frugal::cuda::device_buffer: " + std::to_string(n) +
+                                                         " elements of " + std::to_string(elem) +
+                                                         " bytes overflow size_t");
+  const std::size_t bytes = n * elem;
+  const cudaError_t e = cudaMalloc(p, bytes);
+  if (e == cudaSuccess) return status::ok();
+  *p = nullptr;
+  (void)cudaGetLastError();
+  return make_status(status_code::cuda_error,
+                     "frugal::cuda::device_buffer: cudaMalloc of " + std::to_string(bytes) + " bytes (" +
+                         std::to_string(n) + " elements of " + std::to_string(elem) +
+                         ") failed: " + cudaGetErrorName(e) + ": " + cudaGetErrorString(e));
 }
 }  // namespace detail
 
 /// @brief An owning device allocation of `size()` elements of T (uninitialised); move-only.
-/// For tests, examples and benchmarks; throws std::runtime_error when cudaMalloc fails.
+/// The constructor throws std::runtime_error when cudaMalloc fails; create() returns a status instead.
 template <class T>
 class device_buffer {
  public:
   device_buffer() = default;
-  explicit device_buffer(std::size_t n) : size_(n) {
-    if (n != 0) detail::throw_on_cuda_error(cudaMalloc(&data_, n * sizeof(T)), "device_buffer: cudaMalloc");
+  explicit device_buffer(std::size_t n) {
+    void* p = nullptr;
+    if (auto s = detail::device_malloc(&p, n, sizeof(T)); !s) throw std::runtime_error(s.message);
+    data_ = static_cast<T*>(p);
+    size_ = n;
+  }
+  /// @brief Allocates `n` elements into `out`, which is left empty on failure: cuda_error (out of memory, no
+  /// device, ...) or invalid_problem (the byte count overflows), with a message naming the bytes and the
+  /// error.
+  [[nodiscard]] static status create(std::size_t n, device_buffer& out) {
+    out = device_buffer();
+    void* p = nullptr;
+    if (auto s = detail::device_malloc(&p, n, sizeof(T)); !s) return s;
+    out.data_ = static_cast<T*>(p);
+    out.size_ = n;
+    return status::ok();
   }
   device_buffer(device_buffer&& o) noexcept
       : data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)) {}

@@ -69,13 +69,16 @@ struct status {
 
 inline status make_status(status_code code, std::string message) { return {code, std::move(message)}; }
 
-/// @brief A status from a CUDA runtime error; `what` names the call that failed.
+/// @brief A status from a CUDA runtime error; `what` names the call that failed. The error, now reported, is
+/// cleared from the thread's last error (a non-sticky one; sticky ones stay), so that the next
+/// launch_status() does not blame the next kernel for it.
 inline status cuda_status(cudaError_t e, const char* what) {
   if (e == cudaSuccess) return status::ok();
+  (void)cudaGetLastError();
   return make_status(status_code::cuda_error, std::string(what) + ": " + cudaGetErrorString(e));
 }
 
-/// @brief The status of the launch just made: cudaGetLastError() after every launch.
+/// @brief The status of the launch just made: cudaGetLastError() after every launch, which also clears it.
 inline status launch_status(const char* kernel) { return cuda_status(cudaGetLastError(), kernel); }
 
 }  // namespace cuda
