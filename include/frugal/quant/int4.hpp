@@ -116,6 +116,7 @@ inline int4_weights quantize_int4(std::span<const float> w, std::size_t rows, st
                  .rounding = opt.rounding};
   validate(s, rows, cols, who);
   detail::check_data_size(w.size(), rows, cols, who);
+  const auto lv = detail::resolve_float_level(simd_path::automatic, who);
   const auto G = static_cast<std::size_t>(opt.group_size);
   const std::size_t ngroups = rows * (cols / G);
   const std::int32_t lo = qmin(s), hi = qmax(s);
@@ -130,7 +131,7 @@ inline int4_weights quantize_int4(std::span<const float> w, std::size_t rows, st
   if (!opt.symmetric) out.zero_points.resize(ngroups);
   for (std::size_t g = 0; g < ngroups; ++g) {
     const float* x = w.data() + (g / (cols / G)) * cols + (g % (cols / G)) * G;
-    const detail::run_range rr = detail::minmax_portable(x, G);
+    const detail::run_range rr = detail::minmax_run(lv, x, G);
     if (rr.first_nonfinite != G)
       detail::throw_nonfinite(who, static_cast<std::size_t>(x - w.data()) + rr.first_nonfinite,
                               x[rr.first_nonfinite]);
@@ -150,13 +151,13 @@ inline int4_weights quantize_int4(std::span<const float> w, std::size_t rows, st
   }
   std::vector<std::int8_t> row(cols);
   out.packed.resize(rows * (cols / 2));
+  // The data is finite (checked above); every path gives quantize_value's integers.
+  const std::vector<detail::run_range> finite(cols / G, detail::run_range{0.0f, 0.0f, G});
   for (std::size_t r = 0; r < rows; ++r) {
-    for (std::size_t c = 0; c < cols; ++c) {
-      const std::size_t g = r * (cols / G) + c / G;
-      row[c] = static_cast<std::int8_t>(
-          detail::quantize_value(w[r * cols + c], scale[g], zp[g], lo, hi, opt.rounding));
-    }
-    detail::pack_nibbles(row.data(), cols, out.packed.data() + r * (cols / 2));
+    detail::quantize_runs(lv, w.data() + r * cols, G, cols / G, scale.data() + r * (cols / G),
+                          zp.data() + r * (cols / G), lo, hi, opt.rounding, row.data(), finite.data(),
+                          r + 1 < rows ? w.data() + (r + 1) * cols : nullptr);
+    detail::pack_nibbles_run(lv, row.data(), cols, out.packed.data() + r * (cols / 2));
   }
   return out;
 }

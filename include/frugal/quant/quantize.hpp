@@ -126,8 +126,17 @@ inline void dequantize_run_portable(const std::int8_t* q, bool is_unsigned, std:
   }
 }
 
+// Packs int8 values (already in the nibble's range) two per byte: 2j low, 2j+1 high.
+inline void pack_nibbles(const std::int8_t* v, std::size_t n, std::uint8_t* out) noexcept {
+  for (std::size_t j = 0; j + 1 < n; j += 2)
+    out[j / 2] = static_cast<std::uint8_t>((static_cast<std::uint8_t>(v[j]) & 0xfu) |
+                                           (static_cast<std::uint8_t>(v[j + 1]) & 0xfu) << 4);
+  if (n & 1) out[n / 2] = static_cast<std::uint8_t>(v[n - 1]) & 0xfu;
+}
+
 #if FRUGAL_QUANT_X86
-FRUGAL_QUANT_TARGET_AVX512 inline run_range minmax_avx512(const float* x, std::size_t n) noexcept {
+// Min-max that skips NaN/Inf lane by lane and finds the first of them: the path for data that has some.
+FRUGAL_QUANT_TARGET_AVX512 inline run_range minmax_avx512_checked(const float* x, std::size_t n) noexcept {
   __m512 vlo = _mm512_set1_ps(std::numeric_limits<float>::infinity()),
          vhi = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
   const __m512i expmask = _mm512_set1_epi32(0x7f800000);
@@ -155,10 +164,12 @@ FRUGAL_QUANT_TARGET_AVX512 inline __m512 round_avx512(__m512 v, rounding_mode m)
   return _mm512_mask_add_ps(t, up, t, one);
 }
 
-FRUGAL_QUANT_TARGET_AVX512 inline std::size_t quantize_run_avx512(const float* x, std::size_t n, float scale,
-                                                                  std::int32_t zp, std::int32_t lo,
-                                                                  std::int32_t hi, rounding_mode rm,
-                                                                  std::int8_t* out) noexcept {
+// x / scale with a true division, lane-masked: the exact path for tails and for blocks the fast path flags.
+FRUGAL_QUANT_TARGET_AVX512 inline std::size_t quantize_run_avx512_div(const float* x, std::size_t n,
+                                                                      float scale, std::int32_t zp,
+                                                                      std::int32_t lo, std::int32_t hi,
+                                                                      rounding_mode rm,
+                                                                      std::int8_t* out) noexcept {
   const __m512 vs = _mm512_set1_ps(scale), vzp = _mm512_set1_ps(static_cast<float>(zp));
   const __m512 vlo = _mm512_set1_ps(static_cast<float>(lo)), vhi = _mm512_set1_ps(static_cast<float>(hi));
   const __m512i expmask = _mm512_set1_epi32(0x7f800000);
@@ -191,7 +202,7 @@ FRUGAL_QUANT_TARGET_AVX512 inline void dequantize_run_avx512(const std::int8_t* 
   }
 }
 
-FRUGAL_QUANT_TARGET_AVX2 inline run_range minmax_avx2(const float* x, std::size_t n) noexcept {
+FRUGAL_QUANT_TARGET_AVX2 inline run_range minmax_avx2_checked(const float* x, std::size_t n) noexcept {
   __m256 vlo = _mm256_set1_ps(std::numeric_limits<float>::infinity()),
          vhi = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
   const __m256 inf = _mm256_set1_ps(std::numeric_limits<float>::infinity()),
@@ -219,10 +230,10 @@ FRUGAL_QUANT_TARGET_AVX2 inline run_range minmax_avx2(const float* x, std::size_
   return r;
 }
 
-FRUGAL_QUANT_TARGET_AVX2 inline std::size_t quantize_run_avx2(const float* x, std::size_t n, float scale,
-                                                              std::int32_t zp, std::int32_t lo,
-                                                              std::int32_t hi, rounding_mode rm,
-                                                              std::int8_t* out) noexcept {
+FRUGAL_QUANT_TARGET_AVX2 inline std::size_t quantize_run_avx2_div(const float* x, std::size_t n, float scale,
+                                                                  std::int32_t zp, std::int32_t lo,
+                                                                  std::int32_t hi, rounding_mode rm,
+                                                                  std::int8_t* out) noexcept {
   const __m256 vs = _mm256_set1_ps(scale), vzp = _mm256_set1_ps(static_cast<float>(zp));
   const __m256 vlo = _mm256_set1_ps(static_cast<float>(lo)), vhi = _mm256_set1_ps(static_cast<float>(hi));
   const __m256 inf = _mm256_set1_ps(std::numeric_limits<float>::infinity()),
@@ -272,6 +283,344 @@ FRUGAL_QUANT_TARGET_AVX2 inline void dequantize_run_avx2(const std::int8_t* q, b
   }
   dequantize_run_portable(q + i, is_unsigned, n - i, scale, zp, out + i);
 }
+
+// The fast paths below quantize with x * (1 / scale) and prove, block by block, that the result equals
+// the one x / scale gives (ONNX QuantizeLinear), or redo the block with the division. With r = 1/scale
+// rounded to nearest and normal, t = fma(x, r, zp) is within 2^-13 of fl(x / scale) + zp wherever the
+// result does not saturate (|x / scale| < 512): r carries a relative error of 2^-24, the fma another
+// 2^-24 of |t| < 768, and fl(x / scale) half an ulp (2^-16). Rounding to an integer only changes at
+// half-integers, so when every t of a block is more than 2^-11 from one, round(t) = round(fl(x / scale))
+// + zp in both rounding modes (which differ only on exact ties, and a tie is always flagged). Beyond the
+// range both saturate, and t is clamped to +-1024 before the conversion so that overflow saturates too.
+// A block with a value near a half-integer, or with NaN/Inf (when the data is not known to be finite),
+// goes through the division kernel, which also finds the first non-finite index.
+inline constexpr float near_half = 0.5f - 1.0f / 2048.0f;
+
+FRUGAL_QUANT_TARGET_AVX512 __attribute__((always_inline)) inline run_range minmax_avx512_body(
+    const float* x, std::size_t n) noexcept {
+  const __m512 zero = _mm512_setzero_ps();
+  __m512 lo0 = _mm512_set1_ps(std::numeric_limits<float>::infinity()), lo1 = lo0, lo2 = lo0, lo3 = lo0;
+  __m512 hi0 = _mm512_set1_ps(-std::numeric_limits<float>::infinity()), hi1 = hi0, hi2 = hi0, hi3 = hi0;
+  // z stays 0 while every value is finite: x * 0 is NaN for NaN and Inf, and NaN sticks in the sum.
+  __m512 z0 = zero, z1 = zero, z2 = zero, z3 = zero;
+  std::size_t i = 0;
+  for (; i + 64 <= n; i += 64) {
+    const __m512 v0 = _mm512_loadu_ps(x + i), v1 = _mm512_loadu_ps(x + i + 16),
+                 v2 = _mm512_loadu_ps(x + i + 32), v3 = _mm512_loadu_ps(x + i + 48);
+    lo0 = _mm512_min_ps(lo0, v0), lo1 = _mm512_min_ps(lo1, v1), lo2 = _mm512_min_ps(lo2, v2),
+    lo3 = _mm512_min_ps(lo3, v3);
+    hi0 = _mm512_max_ps(hi0, v0), hi1 = _mm512_max_ps(hi1, v1), hi2 = _mm512_max_ps(hi2, v2),
+    hi3 = _mm512_max_ps(hi3, v3);
+    z0 = _mm512_fmadd_ps(v0, zero, z0), z1 = _mm512_fmadd_ps(v1, zero, z1),
+    z2 = _mm512_fmadd_ps(v2, zero, z2), z3 = _mm512_fmadd_ps(v3, zero, z3);
+  }
+  for (; i < n; i += 16) {
+    const __mmask16 m = n - i >= 16 ? __mmask16(0xffff) : __mmask16((1u << (n - i)) - 1u);
+    const __m512 v = _mm512_maskz_loadu_ps(m, x + i);
+    lo0 = _mm512_mask_min_ps(lo0, m, lo0, v);
+    hi0 = _mm512_mask_max_ps(hi0, m, hi0, v);
+    z0 = _mm512_fmadd_ps(v, zero, z0);
+  }
+  const __m512 z = _mm512_add_ps(_mm512_add_ps(z0, z1), _mm512_add_ps(z2, z3));
+  if (_mm512_cmp_ps_mask(z, z, _CMP_UNORD_Q)) return minmax_avx512_checked(x, n);
+  return {_mm512_reduce_min_ps(_mm512_min_ps(_mm512_min_ps(lo0, lo1), _mm512_min_ps(lo2, lo3))),
+          _mm512_reduce_max_ps(_mm512_max_ps(_mm512_max_ps(hi0, hi1), _mm512_max_ps(hi2, hi3))), n};
+}
+
+FRUGAL_QUANT_TARGET_AVX512 __attribute__((always_inline)) inline std::size_t quantize_run_avx512_body(
+    const float* x, std::size_t n, float scale, std::int32_t zp, std::int32_t lo, std::int32_t hi,
+    rounding_mode rm, std::int8_t* out, bool known_finite, const float* prefetch) noexcept {
+  const float r = 1.0f / scale;
+  if (!std::isnormal(r)) return quantize_run_avx512_div(x, n, scale, zp, lo, hi, rm, out);
+  constexpr int nearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+  constexpr int abs_max = 0x0b, clamp_abs = 0x02;  // vrangeps: max |a|,|b| (sign cleared); min, sign of a
+  const __m512 vr = _mm512_set1_ps(r), vzp = _mm512_set1_ps(static_cast<float>(zp)),
+               thr = _mm512_set1_ps(near_half), cap = _mm512_set1_ps(1024.0f), zero = _mm512_setzero_ps();
+  const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  const __m512i blo = _mm512_set1_epi8(static_cast<char>(lo)), bhi = _mm512_set1_epi8(static_cast<char>(hi));
+  const bool is_unsigned = hi > 127;
+  std::size_t bad = n, i = 0;
+  for (; i + 64 <= n; i += 64) {
+    if (prefetch)
+      for (std::size_t l = 0; l < 64; l += 16)
+        _mm_prefetch(reinterpret_cast<const char*>(prefetch + i + l), _MM_HINT_T0);
+    const __m512 t0 = _mm512_fmadd_ps(_mm512_loadu_ps(x + i), vr, vzp),
+                 t1 = _mm512_fmadd_ps(_mm512_loadu_ps(x + i + 16), vr, vzp),
+                 t2 = _mm512_fmadd_ps(_mm512_loadu_ps(x + i + 32), vr, vzp),
+                 t3 = _mm512_fmadd_ps(_mm512_loadu_ps(x + i + 48), vr, vzp);
+    // t - round(t), in [-0.5, 0.5]; the largest magnitude of the block says whether any is near a tie.
+    const __m512 f = _mm512_range_ps(
+        _mm512_range_ps(_mm512_reduce_ps(t0, nearest), _mm512_reduce_ps(t1, nearest), abs_max),
+        _mm512_range_ps(_mm512_reduce_ps(t2, nearest), _mm512_reduce_ps(t3, nearest), abs_max), abs_max);
+    __mmask16 flag = _mm512_cmp_ps_mask(f, thr, _CMP_GT_OQ);
+    if (!known_finite) {
+      const __m512 z = _mm512_fmadd_ps(
+          t3, zero, _mm512_fmadd_ps(t2, zero, _mm512_fmadd_ps(t1, zero, _mm512_mul_ps(t0, zero))));
+      flag |= _mm512_cmp_ps_mask(z, z, _CMP_UNORD_Q);
+    }
+    if (flag) {
+      const std::size_t b = quantize_run_avx512_div(x + i, 64, scale, zp, lo, hi, rm, out + i);
+      if (b != 64 && bad == n) bad = i + b;
+      continue;
+    }
+    const __m512i i0 = _mm512_cvt_roundps_epi32(_mm512_range_ps(t0, cap, clamp_abs), nearest),
+                  i1 = _mm512_cvt_roundps_epi32(_mm512_range_ps(t1, cap, clamp_abs), nearest),
+                  i2 = _mm512_cvt_roundps_epi32(_mm512_range_ps(t2, cap, clamp_abs), nearest),
+                  i3 = _mm512_cvt_roundps_epi32(_mm512_range_ps(t3, cap, clamp_abs), nearest);
+    const __m512i w01 = _mm512_packs_epi32(i0, i1), w23 = _mm512_packs_epi32(i2, i3);
+    const __m512i b = is_unsigned ? _mm512_max_epu8(_mm512_min_epu8(_mm512_packus_epi16(w01, w23), bhi), blo)
+                                  : _mm512_max_epi8(_mm512_min_epi8(_mm512_packs_epi16(w01, w23), bhi), blo);
+    _mm512_storeu_si512(out + i, _mm512_permutexvar_epi32(order, b));
+  }
+  const std::size_t tail_bad = quantize_run_avx512_div(x + i, n - i, scale, zp, lo, hi, rm, out + i);
+  if (tail_bad != n - i && bad == n) bad = i + tail_bad;
+  return bad;
+}
+
+FRUGAL_QUANT_TARGET_AVX512 inline void pack_nibbles_avx512(const std::int8_t* v, std::size_t n,
+                                                           std::uint8_t* out) noexcept {
+  const __m512i low = _mm512_set1_epi16(0x000f), high = _mm512_set1_epi16(0x00f0);
+  std::size_t j = 0;
+  for (; j + 64 <= n; j += 64) {
+    const __m512i w = _mm512_loadu_si512(v + j);  // 16-bit lanes: element 2k low byte, 2k+1 high byte
+    const __m512i b =
+        _mm512_or_si512(_mm512_and_si512(w, low), _mm512_and_si512(_mm512_srli_epi16(w, 4), high));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + j / 2), _mm512_cvtepi16_epi8(b));
+  }
+  pack_nibbles(v + j, n - j, out + j / 2);
+}
+
+FRUGAL_QUANT_TARGET_AVX2 __attribute__((always_inline)) inline run_range minmax_avx2_body(
+    const float* x, std::size_t n) noexcept {
+  const __m256 zero = _mm256_setzero_ps();
+  __m256 lo0 = _mm256_set1_ps(std::numeric_limits<float>::infinity()), lo1 = lo0, lo2 = lo0, lo3 = lo0;
+  __m256 hi0 = _mm256_set1_ps(-std::numeric_limits<float>::infinity()), hi1 = hi0, hi2 = hi0, hi3 = hi0;
+  __m256 z0 = zero, z1 = zero, z2 = zero, z3 = zero;  // NaN once a non-finite value was seen
+  std::size_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    const __m256 v0 = _mm256_loadu_ps(x + i), v1 = _mm256_loadu_ps(x + i + 8),
+                 v2 = _mm256_loadu_ps(x + i + 16), v3 = _mm256_loadu_ps(x + i + 24);
+    lo0 = _mm256_min_ps(lo0, v0), lo1 = _mm256_min_ps(lo1, v1), lo2 = _mm256_min_ps(lo2, v2),
+    lo3 = _mm256_min_ps(lo3, v3);
+    hi0 = _mm256_max_ps(hi0, v0), hi1 = _mm256_max_ps(hi1, v1), hi2 = _mm256_max_ps(hi2, v2),
+    hi3 = _mm256_max_ps(hi3, v3);
+    z0 = _mm256_fmadd_ps(v0, zero, z0), z1 = _mm256_fmadd_ps(v1, zero, z1),
+    z2 = _mm256_fmadd_ps(v2, zero, z2), z3 = _mm256_fmadd_ps(v3, zero, z3);
+  }
+  const __m256 z = _mm256_add_ps(_mm256_add_ps(z0, z1), _mm256_add_ps(z2, z3));
+  if (_mm256_movemask_ps(_mm256_cmp_ps(z, z, _CMP_UNORD_Q))) return minmax_avx2_checked(x, n);
+  alignas(32) float lo8[8], hi8[8];
+  _mm256_store_ps(lo8, _mm256_min_ps(_mm256_min_ps(lo0, lo1), _mm256_min_ps(lo2, lo3)));
+  _mm256_store_ps(hi8, _mm256_max_ps(_mm256_max_ps(hi0, hi1), _mm256_max_ps(hi2, hi3)));
+  run_range rr = minmax_portable(x + i, n - i);
+  if (rr.first_nonfinite != n - i) return minmax_avx2_checked(x, n);
+  for (int k = 0; k < 8; ++k) {
+    rr.lo = std::min(rr.lo, lo8[k]);
+    rr.hi = std::max(rr.hi, hi8[k]);
+  }
+  rr.first_nonfinite = n;
+  return rr;
+}
+
+FRUGAL_QUANT_TARGET_AVX2 __attribute__((always_inline)) inline std::size_t quantize_run_avx2_body(
+    const float* x, std::size_t n, float scale, std::int32_t zp, std::int32_t lo, std::int32_t hi,
+    rounding_mode rm, std::int8_t* out, bool known_finite, const float* prefetch) noexcept {
+  const float r = 1.0f / scale;
+  if (!std::isnormal(r)) return quantize_run_avx2_div(x, n, scale, zp, lo, hi, rm, out);
+  constexpr int nearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+  const __m256 vr = _mm256_set1_ps(r), vzp = _mm256_set1_ps(static_cast<float>(zp)),
+               thr = _mm256_set1_ps(near_half), cap = _mm256_set1_ps(1024.0f),
+               ncap = _mm256_set1_ps(-1024.0f), absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff)),
+               zero = _mm256_setzero_ps();
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  const __m256i blo = _mm256_set1_epi8(static_cast<char>(lo)), bhi = _mm256_set1_epi8(static_cast<char>(hi));
+  const bool is_unsigned = hi > 127;
+  std::size_t bad = n, i = 0;
+  for (; i + 32 <= n; i += 32) {
+    if (prefetch)
+      for (std::size_t l = 0; l < 32; l += 16)
+        _mm_prefetch(reinterpret_cast<const char*>(prefetch + i + l), _MM_HINT_T0);
+    const __m256 t0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), vr, vzp),
+                 t1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8), vr, vzp),
+                 t2 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 16), vr, vzp),
+                 t3 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 24), vr, vzp);
+    const __m256 r0 = _mm256_round_ps(t0, nearest), r1 = _mm256_round_ps(t1, nearest),
+                 r2 = _mm256_round_ps(t2, nearest), r3 = _mm256_round_ps(t3, nearest);
+    // |t - round(t)| is NaN for a non-finite t, and the ordered compare below would miss it, so
+    // non-finite values are looked for separately unless the data is known to be finite.
+    const __m256 f = _mm256_max_ps(_mm256_max_ps(_mm256_and_ps(_mm256_sub_ps(t0, r0), absmask),
+                                                 _mm256_and_ps(_mm256_sub_ps(t1, r1), absmask)),
+                                   _mm256_max_ps(_mm256_and_ps(_mm256_sub_ps(t2, r2), absmask),
+                                                 _mm256_and_ps(_mm256_sub_ps(t3, r3), absmask)));
+    int flag = _mm256_movemask_ps(_mm256_cmp_ps(f, thr, _CMP_GT_OQ));
+    if (!known_finite) {
+      const __m256 z = _mm256_fmadd_ps(
+          t3, zero, _mm256_fmadd_ps(t2, zero, _mm256_fmadd_ps(t1, zero, _mm256_mul_ps(t0, zero))));
+      flag |= _mm256_movemask_ps(_mm256_cmp_ps(z, z, _CMP_UNORD_Q));
+    }
+    if (flag) {
+      const std::size_t b = quantize_run_avx2_div(x + i, 32, scale, zp, lo, hi, rm, out + i);
+      if (b != 32 && bad == n) bad = i + b;
+      continue;
+    }
+    // Rounded values are integers: clamp to +-1024 (an infinite t saturates too) and truncate exactly.
+    const __m256i i0 = _mm256_cvttps_epi32(_mm256_min_ps(_mm256_max_ps(r0, ncap), cap)),
+                  i1 = _mm256_cvttps_epi32(_mm256_min_ps(_mm256_max_ps(r1, ncap), cap)),
+                  i2 = _mm256_cvttps_epi32(_mm256_min_ps(_mm256_max_ps(r2, ncap), cap)),
+                  i3 = _mm256_cvttps_epi32(_mm256_min_ps(_mm256_max_ps(r3, ncap), cap));
+    const __m256i w01 = _mm256_packs_epi32(i0, i1), w23 = _mm256_packs_epi32(i2, i3);
+    const __m256i b = is_unsigned ? _mm256_max_epu8(_mm256_min_epu8(_mm256_packus_epi16(w01, w23), bhi), blo)
+                                  : _mm256_max_epi8(_mm256_min_epi8(_mm256_packs_epi16(w01, w23), bhi), blo);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), _mm256_permutevar8x32_epi32(b, order));
+  }
+  const std::size_t tail_bad = quantize_run_avx2_div(x + i, n - i, scale, zp, lo, hi, rm, out + i);
+  if (tail_bad != n - i && bad == n) bad = i + tail_bad;
+  return bad;
+}
+
+// The range a symmetric scheme needs: only max |x| matters to params_from_range, so this returns
+// {-max|x|, max|x|}. The magnitudes are compared as integers (the bits of |x| order like |x| for finite
+// values), and a maximum at or above the bits of Inf reveals a NaN or Inf: then the checked min-max runs.
+FRUGAL_QUANT_TARGET_AVX512 __attribute__((always_inline)) inline run_range absmax_avx512_body(
+    const float* x, std::size_t n) noexcept {
+  const __m512i mag = _mm512_set1_epi32(0x7fffffff);
+  __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
+  std::size_t i = 0;
+  for (; i + 64 <= n; i += 64) {
+    a0 = _mm512_max_epu32(a0, _mm512_and_si512(_mm512_loadu_si512(x + i), mag));
+    a1 = _mm512_max_epu32(a1, _mm512_and_si512(_mm512_loadu_si512(x + i + 16), mag));
+    a2 = _mm512_max_epu32(a2, _mm512_and_si512(_mm512_loadu_si512(x + i + 32), mag));
+    a3 = _mm512_max_epu32(a3, _mm512_and_si512(_mm512_loadu_si512(x + i + 48), mag));
+  }
+  for (; i < n; i += 16) {
+    const __mmask16 m = n - i >= 16 ? __mmask16(0xffff) : __mmask16((1u << (n - i)) - 1u);
+    a0 = _mm512_max_epu32(a0, _mm512_and_si512(_mm512_maskz_loadu_epi32(m, x + i), mag));
+  }
+  const std::uint32_t bits =
+      _mm512_reduce_max_epu32(_mm512_max_epu32(_mm512_max_epu32(a0, a1), _mm512_max_epu32(a2, a3)));
+  if (bits >= 0x7f800000u) return minmax_avx512_checked(x, n);
+  float a;
+  std::memcpy(&a, &bits, sizeof a);
+  return {n == 0 ? std::numeric_limits<float>::infinity() : -a,
+          n == 0 ? -std::numeric_limits<float>::infinity() : a, n};
+}
+
+FRUGAL_QUANT_TARGET_AVX2 __attribute__((always_inline)) inline run_range absmax_avx2_body(
+    const float* x, std::size_t n) noexcept {
+  const __m256i mag = _mm256_set1_epi32(0x7fffffff);
+  __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+  std::size_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    const auto* p = reinterpret_cast<const __m256i*>(x + i);
+    a0 = _mm256_max_epu32(a0, _mm256_and_si256(_mm256_loadu_si256(p), mag));
+    a1 = _mm256_max_epu32(a1, _mm256_and_si256(_mm256_loadu_si256(p + 1), mag));
+    a2 = _mm256_max_epu32(a2, _mm256_and_si256(_mm256_loadu_si256(p + 2), mag));
+    a3 = _mm256_max_epu32(a3, _mm256_and_si256(_mm256_loadu_si256(p + 3), mag));
+  }
+  alignas(32) std::uint32_t m8[8];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(m8),
+                     _mm256_max_epu32(_mm256_max_epu32(a0, a1), _mm256_max_epu32(a2, a3)));
+  std::uint32_t bits = 0;
+  for (std::uint32_t b : m8) bits = std::max(bits, b);
+  for (; i < n; ++i) {
+    std::uint32_t b;
+    std::memcpy(&b, x + i, sizeof b);
+    bits = std::max(bits, b & 0x7fffffffu);
+  }
+  if (bits >= 0x7f800000u) return minmax_avx2_checked(x, n);
+  float a;
+  std::memcpy(&a, &bits, sizeof a);
+  return {n == 0 ? std::numeric_limits<float>::infinity() : -a,
+          n == 0 ? -std::numeric_limits<float>::infinity() : a, n};
+}
+
+FRUGAL_QUANT_TARGET_AVX512 inline run_range minmax_avx512(const float* x, std::size_t n) noexcept {
+  return minmax_avx512_body(x, n);
+}
+FRUGAL_QUANT_TARGET_AVX512 inline run_range absmax_avx512(const float* x, std::size_t n) noexcept {
+  return absmax_avx512_body(x, n);
+}
+FRUGAL_QUANT_TARGET_AVX512 inline std::size_t quantize_run_avx512(const float* x, std::size_t n, float scale,
+                                                                  std::int32_t zp, std::int32_t lo,
+                                                                  std::int32_t hi, rounding_mode rm,
+                                                                  std::int8_t* out, bool known_finite,
+                                                                  const float* prefetch) noexcept {
+  return quantize_run_avx512_body(x, n, scale, zp, lo, hi, rm, out, known_finite, prefetch);
+}
+// A row of `runs` runs of n elements each, in one call so that the constants stay in registers.
+FRUGAL_QUANT_TARGET_AVX512 inline void range_runs_avx512(const float* x, std::size_t n, std::size_t runs,
+                                                         bool symmetric, run_range* out) noexcept {
+  if (symmetric)
+    for (std::size_t k = 0; k < runs; ++k) out[k] = absmax_avx512_body(x + k * n, n);
+  else
+    for (std::size_t k = 0; k < runs; ++k) out[k] = minmax_avx512_body(x + k * n, n);
+}
+FRUGAL_QUANT_TARGET_AVX512 inline std::size_t quantize_runs_avx512(const float* x, std::size_t n,
+                                                                   std::size_t runs, const float* scales,
+                                                                   const std::int32_t* zps, std::int32_t lo,
+                                                                   std::int32_t hi, rounding_mode rm,
+                                                                   std::int8_t* out, const run_range* ranges,
+                                                                   const float* prefetch) noexcept {
+  std::size_t bad = n * runs;
+  for (std::size_t k = 0; k < runs; ++k) {
+    const std::size_t b = quantize_run_avx512_body(x + k * n, n, scales[k], zps[k], lo, hi, rm, out + k * n,
+                                                   ranges && ranges[k].first_nonfinite == n,
+                                                   prefetch ? prefetch + k * n : nullptr);
+    if (b != n && bad == n * runs) bad = k * n + b;
+  }
+  return bad;
+}
+
+FRUGAL_QUANT_TARGET_AVX2 inline run_range minmax_avx2(const float* x, std::size_t n) noexcept {
+  return minmax_avx2_body(x, n);
+}
+FRUGAL_QUANT_TARGET_AVX2 inline run_range absmax_avx2(const float* x, std::size_t n) noexcept {
+  return absmax_avx2_body(x, n);
+}
+FRUGAL_QUANT_TARGET_AVX2 inline std::size_t quantize_run_avx2(const float* x, std::size_t n, float scale,
+                                                              std::int32_t zp, std::int32_t lo,
+                                                              std::int32_t hi, rounding_mode rm,
+                                                              std::int8_t* out, bool known_finite,
+                                                              const float* prefetch) noexcept {
+  return quantize_run_avx2_body(x, n, scale, zp, lo, hi, rm, out, known_finite, prefetch);
+}
+FRUGAL_QUANT_TARGET_AVX2 inline void range_runs_avx2(const float* x, std::size_t n, std::size_t runs,
+                                                     bool symmetric, run_range* out) noexcept {
+  if (symmetric)
+    for (std::size_t k = 0; k < runs; ++k) out[k] = absmax_avx2_body(x + k * n, n);
+  else
+    for (std::size_t k = 0; k < runs; ++k) out[k] = minmax_avx2_body(x + k * n, n);
+}
+FRUGAL_QUANT_TARGET_AVX2 inline std::size_t quantize_runs_avx2(const float* x, std::size_t n,
+                                                               std::size_t runs, const float* scales,
+                                                               const std::int32_t* zps, std::int32_t lo,
+                                                               std::int32_t hi, rounding_mode rm,
+                                                               std::int8_t* out, const run_range* ranges,
+                                                               const float* prefetch) noexcept {
+  std::size_t bad = n * runs;
+  for (std::size_t k = 0; k < runs; ++k) {
+    const std::size_t b = quantize_run_avx2_body(x + k * n, n, scales[k], zps[k], lo, hi, rm, out + k * n,
+                                                 ranges && ranges[k].first_nonfinite == n,
+                                                 prefetch ? prefetch + k * n : nullptr);
+    if (b != n && bad == n * runs) bad = k * n + b;
+  }
+  return bad;
+}
+
+FRUGAL_QUANT_TARGET_AVX2 inline void pack_nibbles_avx2(const std::int8_t* v, std::size_t n,
+                                                       std::uint8_t* out) noexcept {
+  const __m256i low = _mm256_set1_epi16(0x000f), high = _mm256_set1_epi16(0x00f0);
+  std::size_t j = 0;
+  for (; j + 32 <= n; j += 32) {
+    const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(v + j));
+    const __m256i b =
+        _mm256_or_si256(_mm256_and_si256(w, low), _mm256_and_si256(_mm256_srli_epi16(w, 4), high));
+    // packus gives (lane 0 bytes, lane 0 bytes, lane 1 bytes, lane 1 bytes) as 8-byte quarters.
+    const __m256i p = _mm256_permute4x64_epi64(_mm256_packus_epi16(b, b), 0x08);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + j / 2), _mm256_castsi256_si128(p));
+  }
+  pack_nibbles(v + j, n - j, out + j / 2);
+}
 #endif
 
 inline run_range minmax_run(float_level lv, const float* x, std::size_t n) noexcept {
@@ -283,15 +632,80 @@ inline run_range minmax_run(float_level lv, const float* x, std::size_t n) noexc
   return minmax_portable(x, n);
 }
 
-inline std::size_t quantize_run(float_level lv, const float* x, std::size_t n, float scale, std::int32_t zp,
-                                std::int32_t lo, std::int32_t hi, rounding_mode m,
-                                std::int8_t* out) noexcept {
+// The range of a run for a symmetric scheme: {-max|x|, max|x|} over the finite values (params_from_range
+// of a symmetric scheme reads only max(-lo, hi)), with the first non-finite index as minmax_run gives it.
+inline run_range absmax_run(float_level lv, const float* x, std::size_t n) noexcept {
 #if FRUGAL_QUANT_X86
-  if (lv == float_level::avx512) return quantize_run_avx512(x, n, scale, zp, lo, hi, m, out);
-  if (lv == float_level::avx2) return quantize_run_avx2(x, n, scale, zp, lo, hi, m, out);
+  if (lv == float_level::avx512) return absmax_avx512(x, n);
+  if (lv == float_level::avx2) return absmax_avx2(x, n);
 #endif
   (void)lv;
+  return minmax_portable(x, n);
+}
+
+// The range of a run as scheme s reads it.
+inline run_range range_run(float_level lv, const scheme& s, const float* x, std::size_t n) noexcept {
+  return s.symmetric ? absmax_run(lv, x, n) : minmax_run(lv, x, n);
+}
+
+// A row of `runs` runs of n elements: the range of each (as range_run gives it).
+inline void range_runs(float_level lv, const scheme& s, const float* x, std::size_t n, std::size_t runs,
+                       run_range* out) noexcept {
+#if FRUGAL_QUANT_X86
+  if (lv == float_level::avx512) return range_runs_avx512(x, n, runs, s.symmetric, out);
+  if (lv == float_level::avx2) return range_runs_avx2(x, n, runs, s.symmetric, out);
+#endif
+  for (std::size_t k = 0; k < runs; ++k) out[k] = minmax_portable(x + k * n, n);
+}
+
+// A row of `runs` runs of n elements, run k with scales[k] and zps[k]; ranges (null when not known)
+// says whether run k is known to be finite. prefetch: the next row (or null), fetched meanwhile.
+// Returns the index in the row of the first non-finite value (n * runs if none).
+inline std::size_t quantize_runs(float_level lv, const float* x, std::size_t n, std::size_t runs,
+                                 const float* scales, const std::int32_t* zps, std::int32_t lo,
+                                 std::int32_t hi, rounding_mode m, std::int8_t* out, const run_range* ranges,
+                                 const float* prefetch) noexcept {
+#if FRUGAL_QUANT_X86
+  if (lv == float_level::avx512)
+    return quantize_runs_avx512(x, n, runs, scales, zps, lo, hi, m, out, ranges, prefetch);
+  if (lv == float_level::avx2)
+    return quantize_runs_avx2(x, n, runs, scales, zps, lo, hi, m, out, ranges, prefetch);
+#endif
+  (void)ranges;
+  (void)prefetch;
+  std::size_t bad = n * runs;
+  for (std::size_t k = 0; k < runs; ++k) {
+    const std::size_t b = quantize_run_portable(x + k * n, n, scales[k], zps[k], lo, hi, m, out + k * n);
+    if (b != n && bad == n * runs) bad = k * n + b;
+  }
+  return bad;
+}
+
+// known_finite: the caller has already checked that x holds no NaN or Inf (dynamic quantization did).
+// prefetch: n floats to bring into cache meanwhile (the next row), or null.
+inline std::size_t quantize_run(float_level lv, const float* x, std::size_t n, float scale, std::int32_t zp,
+                                std::int32_t lo, std::int32_t hi, rounding_mode m, std::int8_t* out,
+                                bool known_finite = false, const float* prefetch = nullptr) noexcept {
+#if FRUGAL_QUANT_X86
+  if (lv == float_level::avx512)
+    return quantize_run_avx512(x, n, scale, zp, lo, hi, m, out, known_finite, prefetch);
+  if (lv == float_level::avx2)
+    return quantize_run_avx2(x, n, scale, zp, lo, hi, m, out, known_finite, prefetch);
+#endif
+  (void)known_finite;
+  (void)prefetch;
+  (void)lv;
   return quantize_run_portable(x, n, scale, zp, lo, hi, m, out);
+}
+
+inline void pack_nibbles_run(float_level lv, const std::int8_t* v, std::size_t n,
+                             std::uint8_t* out) noexcept {
+#if FRUGAL_QUANT_X86
+  if (lv == float_level::avx512) return pack_nibbles_avx512(v, n, out);
+  if (lv == float_level::avx2) return pack_nibbles_avx2(v, n, out);
+#endif
+  (void)lv;
+  pack_nibbles(v, n, out);
 }
 
 inline void dequantize_run(float_level lv, const std::int8_t* q, bool is_unsigned, std::size_t n, float scale,
@@ -302,6 +716,25 @@ inline void dequantize_run(float_level lv, const std::int8_t* q, bool is_unsigne
 #endif
   (void)lv;
   dequantize_run_portable(q, is_unsigned, n, scale, zp, out);
+}
+
+// One row of a per-column scheme: element c with params.scales[c] and params.zero_points[c].
+// validate_params checked that there are cols of each; bounding the loop by their size as well lets
+// GCC see it (else -Warray-bounds misfires once this is inlined next to a short params vector).
+// Returns the index of the first non-finite value (cols if none).
+inline std::size_t quantize_columns(const float* x, std::size_t cols, const quant_params& params,
+                                    std::int32_t lo, std::int32_t hi, rounding_mode m,
+                                    std::int8_t* out) noexcept {
+  const std::size_t n = std::min({cols, params.scales.size(), params.zero_points.size()});
+  const float* scales = params.scales.data();
+  const std::int32_t* zps = params.zero_points.data();
+  std::size_t bad = cols;
+  for (std::size_t c = 0; c < n; ++c) {
+    if (bad == cols && !is_finite_bits(x[c])) bad = c;
+    out[c] = static_cast<std::int8_t>(
+        static_cast<std::uint8_t>(quantize_value(x[c], scales[c], zps[c], lo, hi, m)));
+  }
+  return bad;
 }
 
 [[noreturn]] inline void throw_nonfinite(const char* who, std::size_t index, float v) {
@@ -321,14 +754,6 @@ inline void check_data_size(std::size_t size, std::size_t rows, std::size_t cols
     throw std::invalid_argument(std::string(who) + ": data has " + std::to_string(size) +
                                 " elements, not rows * cols = " + std::to_string(rows) + " * " +
                                 std::to_string(cols));
-}
-
-// Packs int8 values (already in the nibble's range) two per byte: 2j low, 2j+1 high.
-inline void pack_nibbles(const std::int8_t* v, std::size_t n, std::uint8_t* out) noexcept {
-  for (std::size_t j = 0; j + 1 < n; j += 2)
-    out[j / 2] = static_cast<std::uint8_t>((static_cast<std::uint8_t>(v[j]) & 0xfu) |
-                                           (static_cast<std::uint8_t>(v[j + 1]) & 0xfu) << 4);
-  if (n & 1) out[n / 2] = static_cast<std::uint8_t>(v[n - 1]) & 0xfu;
 }
 
 // Visits the contiguous runs of a row-major tensor that share one parameter: (row, first col, length, param).
@@ -389,7 +814,7 @@ inline quant_params choose_params(std::span<const float> data, std::size_t rows,
   } else {
     detail::for_each_run(s, rows, cols, [&](std::size_t r, std::size_t c, std::size_t n, std::size_t p) {
       const float* x = data.data() + r * cols + c;
-      const detail::run_range rr = detail::minmax_run(lv, x, n);
+      const detail::run_range rr = detail::range_run(lv, s, x, n);
       if (rr.first_nonfinite != n && s.nonfinite == nonfinite_policy::error)
         detail::throw_nonfinite(who, r * cols + c + rr.first_nonfinite, x[rr.first_nonfinite]);
       lo[p] = std::min(lo[p], rr.lo);
@@ -426,16 +851,16 @@ inline void validate_params(const quant_params& p, const scheme& s, std::size_t 
                                   std::to_string(qmin(s)) + ", " + std::to_string(qmax(s)) + "]");
 }
 
-/// @brief Quantizes a rows x cols row-major tensor with the given parameters (ONNX QuantizeLinear:
-/// saturate(round(x / scale) + zero_point)).
-inline quantized_tensor quantize(std::span<const float> data, std::size_t rows, std::size_t cols,
-                                 const scheme& s, quant_params params,
-                                 simd_path path = simd_path::automatic) {
+namespace detail {
+// quantize with parameters; known_finite: the caller has checked that the data holds no NaN or Inf.
+inline quantized_tensor quantize_with_params(std::span<const float> data, std::size_t rows, std::size_t cols,
+                                             const scheme& s, quant_params params, simd_path path,
+                                             bool known_finite) {
   constexpr const char* who = "frugal::quant::quantize";
   validate(s, rows, cols, who);
-  detail::check_data_size(data.size(), rows, cols, who);
+  check_data_size(data.size(), rows, cols, who);
   validate_params(params, s, rows, cols, who);
-  const auto lv = detail::resolve_float_level(path, who);
+  const auto lv = resolve_float_level(path, who);
   quantized_tensor q;
   q.scheme = s;
   q.rows = rows;
@@ -447,30 +872,42 @@ inline quantized_tensor quantize(std::span<const float> data, std::size_t rows, 
   if (s.granularity == granularity::per_channel && s.axis == 1) {
     for (std::size_t r = 0; r < rows; ++r) {
       auto* out = packed ? row_tmp.data() : reinterpret_cast<std::int8_t*>(q.data.data() + r * cols);
-      for (std::size_t c = 0; c < cols; ++c) {
-        const float v = data[r * cols + c];
-        if (!std::isfinite(v) && s.nonfinite == nonfinite_policy::error)
-          detail::throw_nonfinite(who, r * cols + c, v);
-        out[c] = static_cast<std::int8_t>(static_cast<std::uint8_t>(
-            detail::quantize_value(v, params.scales[c], params.zero_points[c], lo, hi, s.rounding)));
-      }
-      if (packed) detail::pack_nibbles(row_tmp.data(), cols, q.data.data() + r * q.row_bytes());
+      const std::size_t bad = quantize_columns(data.data() + r * cols, cols, params, lo, hi, s.rounding, out);
+      if (bad != cols && s.nonfinite == nonfinite_policy::error)
+        throw_nonfinite(who, r * cols + bad, data[r * cols + bad]);
+      if (packed) pack_nibbles_run(lv, row_tmp.data(), cols, q.data.data() + r * q.row_bytes());
     }
   } else {
-    detail::for_each_run(s, rows, cols, [&](std::size_t r, std::size_t c, std::size_t n, std::size_t p) {
-      const float* x = data.data() + r * cols + c;
-      auto* out = packed ? row_tmp.data() + c : reinterpret_cast<std::int8_t*>(q.data.data() + r * cols + c);
-      const std::size_t bad =
-          detail::quantize_run(lv, x, n, params.scales[p], params.zero_points[p], lo, hi, s.rounding, out);
-      if (bad != n && s.nonfinite == nonfinite_policy::error)
-        detail::throw_nonfinite(who, r * cols + c + bad, x[bad]);
-      if (packed && c + n == cols)
-        detail::pack_nibbles(row_tmp.data(), cols, q.data.data() + r * q.row_bytes());
-    });
+    // Row by row, run k of row r with parameter r * runs + k (per-tensor: parameter 0 for every run).
+    const std::size_t n =
+        s.granularity == granularity::per_group ? static_cast<std::size_t>(s.group_size) : cols;
+    const std::size_t runs = n == 0 ? 1 : cols / n;
+    const bool shared = s.granularity == granularity::per_tensor;
+    const std::vector<run_range> finite(known_finite ? runs : 0, run_range{0.0f, 0.0f, n});
+    for (std::size_t r = 0; r < rows; ++r) {
+      const float* row = data.data() + r * cols;
+      auto* out = packed ? row_tmp.data() : reinterpret_cast<std::int8_t*>(q.data.data() + r * cols);
+      const std::size_t p = shared ? 0 : r * runs;
+      const std::size_t bad = quantize_runs(lv, row, n, shared ? 1 : runs, params.scales.data() + p,
+                                            params.zero_points.data() + p, lo, hi, s.rounding, out,
+                                            known_finite ? finite.data() : nullptr, nullptr);
+      if (bad != (shared ? n : n * runs) && s.nonfinite == nonfinite_policy::error)
+        throw_nonfinite(who, r * cols + bad, row[bad]);
+      if (packed) pack_nibbles_run(lv, row_tmp.data(), cols, q.data.data() + r * q.row_bytes());
+    }
   }
   q.scales = std::move(params.scales);
   q.zero_points = std::move(params.zero_points);
   return q;
+}
+}  // namespace detail
+
+/// @brief Quantizes a rows x cols row-major tensor with the given parameters (ONNX QuantizeLinear:
+/// saturate(round(x / scale) + zero_point)).
+inline quantized_tensor quantize(std::span<const float> data, std::size_t rows, std::size_t cols,
+                                 const scheme& s, quant_params params,
+                                 simd_path path = simd_path::automatic) {
+  return detail::quantize_with_params(data, rows, cols, s, std::move(params), path, false);
 }
 
 /// @brief Quantizes with min-max parameters (choose_params), the dynamic quantization of PyTorch/ONNX.
@@ -480,7 +917,10 @@ inline quantized_tensor quantize(std::span<const float> data, std::size_t rows, 
                                  const scheme& s, simd_path path = simd_path::automatic) {
   const bool fused =
       s.granularity == granularity::per_group || (s.granularity == granularity::per_channel && s.axis == 0);
-  if (!fused) return quantize(data, rows, cols, s, choose_params(data, rows, cols, s, path), path);
+  // choose_params has thrown on NaN or Inf unless the policy lets them through.
+  if (!fused)
+    return detail::quantize_with_params(data, rows, cols, s, choose_params(data, rows, cols, s, path), path,
+                                        s.nonfinite == nonfinite_policy::error);
   constexpr const char* who = "frugal::quant::quantize";
   validate(s, rows, cols, who);
   detail::check_data_size(data.size(), rows, cols, who);
@@ -496,17 +936,27 @@ inline quantized_tensor quantize(std::span<const float> data, std::size_t rows, 
   const auto lo = qmin(s), hi = qmax(s);
   const bool packed = s.type == element_type::i4;
   std::vector<std::int8_t> row_tmp(packed ? cols : 0);
-  detail::for_each_run(s, rows, cols, [&](std::size_t r, std::size_t c, std::size_t n, std::size_t p) {
-    const float* x = data.data() + r * cols + c;
-    const detail::run_range rr = detail::minmax_run(lv, x, n);
-    if (rr.first_nonfinite != n && s.nonfinite == nonfinite_policy::error)
-      detail::throw_nonfinite(who, r * cols + c + rr.first_nonfinite, x[rr.first_nonfinite]);
-    std::tie(q.scales[p], q.zero_points[p]) = params_from_range(rr.lo, rr.hi, s);
-    auto* out = packed ? row_tmp.data() + c : reinterpret_cast<std::int8_t*>(q.data.data() + r * cols + c);
-    detail::quantize_run(lv, x, n, q.scales[p], q.zero_points[p], lo, hi, s.rounding, out);
-    if (packed && c + n == cols)
-      detail::pack_nibbles(row_tmp.data(), cols, q.data.data() + r * q.row_bytes());
-  });
+  // Row by row: the min-max of every run of the row streams it from memory, then the row is quantized
+  // from L1. Parameter p of run k of row r is r * runs + k (one run per row for per-channel).
+  const std::size_t n =
+      s.granularity == granularity::per_group ? static_cast<std::size_t>(s.group_size) : cols;
+  const std::size_t runs = n == 0 ? 1 : cols / n;
+  std::vector<detail::run_range> ranges(runs);
+  for (std::size_t r = 0; r < rows; ++r) {
+    const float* row = data.data() + r * cols;
+    detail::range_runs(lv, s, row, n, runs, ranges.data());
+    for (std::size_t k = 0; k < runs; ++k) {
+      const detail::run_range& rr = ranges[k];
+      if (rr.first_nonfinite != n && s.nonfinite == nonfinite_policy::error)
+        detail::throw_nonfinite(who, r * cols + k * n + rr.first_nonfinite, row[k * n + rr.first_nonfinite]);
+      std::tie(q.scales[r * runs + k], q.zero_points[r * runs + k]) = params_from_range(rr.lo, rr.hi, s);
+    }
+    auto* out = packed ? row_tmp.data() : reinterpret_cast<std::int8_t*>(q.data.data() + r * cols);
+    // While this row is quantized from L1, the next one is fetched for its min-max.
+    detail::quantize_runs(lv, row, n, runs, q.scales.data() + r * runs, q.zero_points.data() + r * runs, lo,
+                          hi, s.rounding, out, ranges.data(), r + 1 < rows ? row + cols : nullptr);
+    if (packed) detail::pack_nibbles_run(lv, row_tmp.data(), cols, q.data.data() + r * q.row_bytes());
+  }
   return q;
 }
 
@@ -519,8 +969,9 @@ inline void dequantize(const quantized_tensor& q, std::span<float> out,
   // A quantized_tensor is a plain aggregate (it may come from disk): check it against its own shape.
   validate(s, q.rows, q.cols, who);
   if (q.data.size() != q.rows * q.row_bytes())
-    throw std::invalid_argument(std::string(who) + ": data has " + std::to_string(q.data.size()) +
-                                " bytes, the shape needs rows * row_bytes() = " + std::to_string(q.rows * q.row_bytes()));
+    throw std::invalid_argument(
+        std::string(who) + ": data has " + std::to_string(q.data.size()) +
+        " bytes, the shape needs rows * row_bytes() = " + std::to_string(q.rows * q.row_bytes()));
   validate_params(quant_params{q.scales, q.zero_points}, s, q.rows, q.cols, who);
   const auto lv = detail::resolve_float_level(path, who);
   if (s.type == element_type::i4 || (s.granularity == granularity::per_channel && s.axis == 1)) {

@@ -1,0 +1,243 @@
+// The vectorized quantization kernels (multiply by 1/scale with a proof of exactness per block, a true
+// division otherwise; vector min-max and absmax; SIMD nibble packing) against the portable ones.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "frugal/quant.hpp"
+
+namespace q = frugal::quant;
+namespace qd = frugal::quant::detail;
+
+namespace {
+
+std::vector<qd::float_level> simd_levels() {
+  std::vector<qd::float_level> v;
+  if (q::is_supported(q::simd_path::avx2)) v.push_back(qd::float_level::avx2);
+  if (q::is_supported(q::simd_path::avx512)) v.push_back(qd::float_level::avx512);
+  return v;
+}
+
+std::string name(qd::float_level lv) { return lv == qd::float_level::avx512 ? "avx512" : "avx2"; }
+
+// Data that stresses the fast path: ordinary values, exact ties of x / scale, values an ulp or two off
+// a tie (where x * (1/scale) and x / scale may round differently), saturation and huge values.
+std::vector<float> hard_data(std::size_t n, float scale, std::int32_t zp, std::mt19937& rng) {
+  std::normal_distribution<float> nd(0.0f, 60.0f);
+  std::uniform_int_distribution<int> kind(0, 7), k(-300, 300), ulps(-3, 3);
+  std::vector<float> x(n);
+  for (auto& v : x) {
+    switch (kind(rng)) {
+      case 0:
+      case 1:
+        v = nd(rng) * scale;
+        break;
+      case 2:  // a tie at k + 0.5 (exact when the scale is a power of two)
+        v = (static_cast<float>(k(rng)) + 0.5f) * scale;
+        break;
+      case 3: {  // a few ulps around a tie
+        float t = (static_cast<float>(k(rng)) + 0.5f) * scale;
+        for (int u = ulps(rng); u != 0; u += u > 0 ? -1 : 1)
+          t = std::nextafter(
+              t, u > 0 ? std::numeric_limits<float>::infinity() : -std::numeric_limits<float>::infinity());
+        v = t;
+        break;
+      }
+      case 4:  // near the ends of the range, ties of the shifted value included
+        v = (static_cast<float>(127 - zp + k(rng) % 3) + 0.5f * static_cast<float>(k(rng) % 2)) * scale;
+        break;
+      case 5:
+        v = (k(rng) % 2 ? 1.0f : -1.0f) * 3.0e38f;
+        break;
+      case 6:
+        v = static_cast<float>(k(rng)) * scale * 1.0e7f;  // beyond int32 after the division
+        break;
+      default:
+        v = static_cast<float>(k(rng) % 4) * 0.25f;
+    }
+    if (!std::isfinite(v)) v = std::copysign(3.0e38f, v);  // products with a huge scale stay finite
+  }
+  return x;
+}
+
+}  // namespace
+
+TEST_CASE("quant fast path: quantize_run on every SIMD level equals the portable division bit for bit") {
+  std::mt19937 rng(2024);
+  const std::vector<float> scales = {
+      1.0f,   0.5f, 0.0625f, 0.1f, 0.0317f, 3.7f, 1.0e-3f, 7.1e-6f, 1.0e-39f /* 1/scale overflows */,
+      3.0e38f /* 1/scale is subnormal */};
+  struct range {
+    std::int32_t lo, hi, zp;
+  };
+  const std::vector<range> ranges = {{-127, 127, 0}, {-128, 127, -5}, {0, 255, 128}, {0, 255, 17},
+                                     {1, 255, 128},  {-8, 7, 0},      {-7, 7, 0},    {0, 15, 3}};
+  const std::vector<std::size_t> lengths = {0, 1, 7, 15, 16, 31, 33, 63, 64, 65, 127, 128, 129, 200, 1000};
+  std::size_t checked = 0;
+  for (qd::float_level lv : simd_levels()) {
+    const std::string level = name(lv);
+    CAPTURE(level);
+    for (float scale : scales)
+      for (const range& rg : ranges)
+        for (auto rm : {q::rounding_mode::half_to_even, q::rounding_mode::half_away_from_zero})
+          for (std::size_t n : lengths) {
+            CAPTURE(scale);
+            CAPTURE(rg.zp);
+            CAPTURE(n);
+            const std::vector<float> x = hard_data(n, scale, rg.zp, rng);
+            std::vector<std::int8_t> want(n + 1, 42), got(n + 1, 42);
+            REQUIRE(qd::quantize_run_portable(x.data(), n, scale, rg.zp, rg.lo, rg.hi, rm, want.data()) == n);
+            for (bool known_finite : {false, true}) {
+              std::fill(got.begin(), got.end(), std::int8_t{42});
+              CHECK(qd::quantize_run(lv, x.data(), n, scale, rg.zp, rg.lo, rg.hi, rm, got.data(),
+                                     known_finite) == n);
+              REQUIRE(got == want);  // the sentinel past the end is untouched too
+              ++checked;
+            }
+          }
+  }
+  if (!simd_levels().empty()) CHECK(checked > 1000);
+}
+
+TEST_CASE("quant fast path: NaN and Inf are found at their first index and saturate like the scalar path") {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd(0.0f, 2.0f);
+  const float specials[] = {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                            -std::numeric_limits<float>::infinity()};
+  for (qd::float_level lv : simd_levels()) {
+    const std::string level = name(lv);
+    CAPTURE(level);
+    for (std::size_t n : {1u, 17u, 64u, 100u, 257u})
+      for (std::size_t pos = 0; pos < n; pos += 1 + n / 9)
+        for (float sp : specials) {
+          std::vector<float> x(n);
+          for (auto& v : x) v = nd(rng);
+          x[pos] = sp;
+          if (pos + 5 < n) x[pos + 5] = specials[0];  // a later one must not hide the first
+          CAPTURE(n);
+          CAPTURE(pos);
+          std::vector<std::int8_t> want(n), got(n);
+          const std::size_t wb = qd::quantize_run_portable(x.data(), n, 0.02f, 3, -128, 127,
+                                                           q::rounding_mode::half_to_even, want.data());
+          REQUIRE(wb == pos);
+          CHECK(qd::quantize_run(lv, x.data(), n, 0.02f, 3, -128, 127, q::rounding_mode::half_to_even,
+                                 got.data()) == pos);
+          CHECK(got == want);
+          const qd::run_range pr = qd::minmax_portable(x.data(), n);
+          for (bool symmetric : {false, true}) {
+            const q::scheme s{.symmetric = symmetric};
+            const qd::run_range rr = qd::range_run(lv, s, x.data(), n);
+            CHECK(rr.first_nonfinite == pos);
+            CHECK(q::params_from_range(rr.lo, rr.hi, s) == q::params_from_range(pr.lo, pr.hi, s));
+          }
+          const qd::run_range mr = qd::minmax_run(lv, x.data(), n);
+          CHECK(mr.first_nonfinite == pos);
+          CHECK(mr.lo == pr.lo);
+          CHECK(mr.hi == pr.hi);
+        }
+  }
+}
+
+TEST_CASE("quant fast path: min-max and absmax ranges give the portable parameters on every length") {
+  std::mt19937 rng(99);
+  std::normal_distribution<float> nd(0.0f, 5.0f);
+  for (qd::float_level lv : simd_levels()) {
+    const std::string level = name(lv);
+    CAPTURE(level);
+    for (std::size_t n = 0; n <= 300; ++n) {
+      std::vector<float> x(n);
+      for (auto& v : x) v = nd(rng) + (n % 3 == 0 ? 4.0f : 0.0f);  // some runs all positive-ish
+      if (n > 2) x[n - 1] = 40.0f + static_cast<float>(n);         // the extreme in the tail
+      CAPTURE(n);
+      const qd::run_range pr = qd::minmax_portable(x.data(), n);
+      const qd::run_range mr = qd::minmax_run(lv, x.data(), n);
+      CHECK(mr.first_nonfinite == n);
+      CHECK(mr.lo == pr.lo);
+      CHECK(mr.hi == pr.hi);
+      for (bool symmetric : {false, true})
+        for (auto t : {q::element_type::i8, q::element_type::u8, q::element_type::i4}) {
+          const q::scheme s{.type = t, .symmetric = symmetric};
+          const qd::run_range rr = qd::range_run(lv, s, x.data(), n);
+          CHECK(rr.first_nonfinite == n);
+          CHECK(q::params_from_range(rr.lo, rr.hi, s) == q::params_from_range(pr.lo, pr.hi, s));
+        }
+    }
+  }
+}
+
+TEST_CASE("quant fast path: SIMD nibble packing equals the scalar packing, odd lengths included") {
+  std::mt19937 rng(5);
+  for (qd::float_level lv : simd_levels()) {
+    const std::string level = name(lv);
+    CAPTURE(level);
+    for (std::size_t n = 0; n <= 260; ++n) {
+      std::vector<std::int8_t> v(n);
+      for (auto& e : v) e = static_cast<std::int8_t>(static_cast<int>(rng() % 16) - (n % 2 ? 8 : 0));
+      std::vector<std::uint8_t> want((n + 1) / 2 + 1, 0xaa), got(want);
+      qd::pack_nibbles(v.data(), n, want.data());
+      qd::pack_nibbles_run(lv, v.data(), n, got.data());
+      CAPTURE(n);
+      REQUIRE(got == want);
+    }
+  }
+}
+
+TEST_CASE("quant fast path: whole tensors quantize alike on every path, per group, per row and per tensor") {
+  std::mt19937 rng(31);
+  const std::size_t rows = 7, cols = 384;
+  std::vector<float> x = hard_data(rows * cols, 0.05f, 0, rng);
+  for (std::size_t i = 0; i < x.size(); i += 3) x[i] = std::normal_distribution<float>(0.0f, 1.0f)(rng);
+  for (q::element_type t : {q::element_type::i8, q::element_type::u8, q::element_type::i4})
+    for (bool symmetric : {true, false})
+      for (auto g : {q::granularity::per_tensor, q::granularity::per_channel, q::granularity::per_group}) {
+        const q::scheme s{.type = t,
+                          .granularity = g,
+                          .group_size = g == q::granularity::per_group ? 128 : 0,
+                          .symmetric = symmetric,
+                          .nonfinite = q::nonfinite_policy::saturate};
+        std::vector<float> y = x;
+        y[cols + 5] = std::numeric_limits<float>::quiet_NaN();  // saturate policy: NaN -> zero point
+        y[3 * cols + 200] = -std::numeric_limits<float>::infinity();
+        const auto ref = q::quantize(y, rows, cols, s, q::simd_path::portable);
+        const auto ref_static =
+            q::quantize(y, rows, cols, s, q::choose_params(y, rows, cols, s, q::simd_path::portable),
+                        q::simd_path::portable);
+        CHECK(ref_static.data == ref.data);
+        for (auto path : {q::simd_path::avx2, q::simd_path::avx512}) {
+          if (!q::is_supported(path)) continue;
+          CAPTURE(q::to_string(path));
+          const auto got = q::quantize(y, rows, cols, s, path);
+          CHECK(got.scales == ref.scales);
+          CHECK(got.zero_points == ref.zero_points);
+          CHECK(got.data == ref.data);
+          CHECK(q::quantize(y, rows, cols, s, q::choose_params(y, rows, cols, s, path), path).data ==
+                ref.data);
+        }
+      }
+}
+
+TEST_CASE(
+    "quant fast path: groupwise int4 weights hold the integers of the scalar formula with the fp16 scale") {
+  std::mt19937 rng(77);
+  const std::size_t rows = 5, cols = 256;
+  std::vector<float> w = hard_data(rows * cols, 0.01f, 0, rng);
+  for (auto& v : w) v = std::max(-5.0f, std::min(5.0f, v));  // quantize_int4 needs finite fp16 scales
+  for (int G : {32, 64, 128})
+    for (bool symmetric : {true, false}) {
+      const auto w4 = q::quantize_int4(w, rows, cols, {.group_size = G, .symmetric = symmetric});
+      const q::scheme s{.type = q::element_type::i4, .symmetric = symmetric};
+      for (std::size_t r = 0; r < rows; ++r)
+        for (std::size_t c = 0; c < cols; ++c) {
+          const std::size_t g = r * (cols / static_cast<std::size_t>(G)) + c / static_cast<std::size_t>(G);
+          const std::int32_t zp = symmetric ? 0 : w4.zero_points[g];
+          REQUIRE(w4.value(r, c) == qd::quantize_value(w[r * cols + c], static_cast<float>(w4.scales[g]), zp,
+                                                       q::qmin(s), q::qmax(s),
+                                                       q::rounding_mode::half_to_even));
+        }
+    }
+}
