@@ -42,8 +42,10 @@ int main(int argc, char** argv) try {
   serve::progress_fn progress;
   if (!quiet)
     progress = [tty](const std::string& what, std::uint64_t done, std::uint64_t total, double rate) {
-      std::fprintf(stderr, tty ? "\r\033[K%s: %llu/%llu requests, %.0f req/s" : "%s: %llu/%llu requests, %.0f req/s\n", what.c_str(),
-                   static_cast<unsigned long long>(done), static_cast<unsigned long long>(total), rate);
+      char of[32] = "";
+      if (total) std::snprintf(of, sizeof of, "/%llu", static_cast<unsigned long long>(total));
+      std::fprintf(stderr, tty ? "\r\033[K%s: %llu%s requests, %.0f req/s" : "%s: %llu%s requests, %.0f req/s\n", what.c_str(),
+                   static_cast<unsigned long long>(done), of, rate);
       if (what.find(": done") != std::string::npos && tty) std::fputc('\n', stderr);
     };
 

@@ -45,9 +45,24 @@ struct model_config {
   std::uint64_t seed = 42;
 };
 
-inline void gelu_inplace(matrix& x) {
+/// GELU in place. Eigen's array tanh is vectorised (AVX-512 under -march=native); the scalar std::tanh
+/// per element it replaces cost about a fifth of a batched fp32 forward pass.
+template <class Matrix>
+void gelu_inplace(Matrix& x) {
   constexpr float k = 0.7978845608028654f;  // sqrt(2 / pi), the tanh form that the kernels use
-  x = x.unaryExpr([](float v) { return 0.5f * v * (1.0f + std::tanh(k * (v + 0.044715f * v * v * v))); });
+  auto v = x.array();
+  v = 0.5f * v * (1.0f + (k * (v + 0.044715f * v.cube())).tanh());
+}
+
+/// Adds the bias to every row of x and, with `gelu`, applies GELU in the same pass (row-major x).
+inline void bias_gelu_inplace(matrix& x, const std::vector<float>& bias, bool gelu) {
+  constexpr float k = 0.7978845608028654f;  // sqrt(2 / pi), the tanh form that the kernels use
+  const Eigen::Map<const Eigen::ArrayXf> b(bias.data(), static_cast<Eigen::Index>(bias.size()));
+  for (Eigen::Index r = 0; r < x.rows(); ++r) {
+    Eigen::Map<Eigen::ArrayXf> v(x.row(r).data(), x.cols());
+    v += b;
+    if (gelu) v = 0.5f * v * (1.0f + (k * (v + 0.044715f * v.cube())).tanh());
+  }
 }
 
 class mlp {
@@ -113,35 +128,59 @@ class mlp {
 
   /// Runs rows of x (batch x input_dim) through every layer.
   matrix forward(const matrix& x) const {
-    matrix h = x, next;
+    if (precision_ == precision::fp32 && x.rows() > 1) return forward_fp32_batched(x);
+    matrix a, b;  // ping-pong buffers; the input is read in place, not copied
+    const matrix* h = &x;
     for (std::size_t l = 0; l < layers_.size(); ++l) {
       const bool last = l + 1 == layers_.size();
       const auto act = last ? frugal::quant::activation_kind::none : frugal::quant::activation_kind::gelu;
       const layer& L = layers_[l];
+      matrix& next = h == &a ? b : a;
       switch (precision_) {
         case precision::fp32:
-          next.noalias() = h * L.w.transpose();
-          next.rowwise() += Eigen::Map<const Eigen::RowVectorXf>(L.bias.data(), static_cast<Eigen::Index>(L.bias.size()));
-          if (!last) gelu_inplace(next);
+          // One request: a matrix-vector product that streams the weights once (memory-bound).
+          next.noalias() = *h * L.w.transpose();
+          bias_gelu_inplace(next, L.bias, !last);
           break;
         case precision::w8a8: {
-          auto qa = frugal::quant::quantize_rows(h);
+          auto qa = frugal::quant::quantize_rows(*h);
           frugal::quant::gemm_w8a8(qa, L.w8, next, {.bias = L.bias, .activation = act});
           break;
         }
         case precision::w8a16:
-          frugal::quant::gemm_weight_only(h, L.w8, next, {.bias = L.bias, .activation = act});
+          frugal::quant::gemm_weight_only(*h, L.w8, next, {.bias = L.bias, .activation = act});
           break;
         case precision::w4a16:
-          frugal::quant::gemm_weight_only(h, L.w4, next, {.bias = L.bias, .activation = act});
+          frugal::quant::gemm_weight_only(*h, L.w4, next, {.bias = L.bias, .activation = act});
           break;
       }
-      std::swap(h, next);
+      h = &next;
     }
-    return h;
+    if (h == &x) return x;
+    return std::move(h == &a ? a : b);
   }
 
  private:
+  using col_matrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::ColMajor>;
+
+  // A batch in fp32. Eigen's GEMM packs both operands on every call; with the activations column-major
+  // and the row-major weights as the right-hand side (W^T is then column-major, so its packing reads
+  // memory in order), the per-call packing of the weights costs least: about 25% less time per layer
+  // at 64 rows than the row-major form, measured on this machine.
+  matrix forward_fp32_batched(const matrix& x) const {
+    col_matrix a = x, b;
+    col_matrix* h = &a;
+    for (std::size_t l = 0; l < layers_.size(); ++l) {
+      const layer& L = layers_[l];
+      col_matrix& next = h == &a ? b : a;
+      next.noalias() = *h * L.w.transpose();
+      next.rowwise() += Eigen::Map<const Eigen::RowVectorXf>(L.bias.data(), static_cast<Eigen::Index>(L.bias.size()));
+      if (l + 1 < layers_.size()) gelu_inplace(next);
+      h = &next;
+    }
+    return *h;
+  }
+
   struct layer {
     matrix w;  // fp32 master copy (out x in); kept only for fp32
     std::vector<float> bias;

@@ -88,6 +88,77 @@ TEST_CASE("serve: a scripted ladder answers every request and its figures agree 
   CHECK(results[3].hit_ratio == doctest::Approx(static_cast<double>(results[3].cache_hits) / plan.size()));
 }
 
+TEST_CASE("serve: a timed closed-loop phase serves until its deadline, and every request it issued is answered") {
+  serve::json j = tiny_config();
+  serve::apply_override(j, R"(--traffic.phases=[{"kind": "closed", "clients": 16, "seconds": 0.3},
+                                               {"kind": "poisson", "rate": 2000, "requests": 50}])");
+  serve::apply_override(j, R"(--ladder=[{"name": "fp32", "precision": "fp32", "batching": false},
+                                       {"name": "int8", "precision": "int8", "cache": true, "policy": "adaptive"}])");
+  const serve::config cfg = serve::parse_config(j);
+  CHECK(serve::make_plan(cfg).size() == 50);  // the timed phase's count is not known before the run
+  const auto results = serve::run(cfg);
+  REQUIRE(results.size() == 2);
+  for (const auto& r : results) {
+    CAPTURE(r.name);
+    CHECK(r.failed == 0);
+    CHECK(r.answered == r.requests);
+    CHECK(r.requests == r.closed_requests + 50);
+    CHECK(r.closed_requests > 16);
+    // The phase lasts its 0.3 s plus the drain of what was in flight at the deadline.
+    CHECK(r.closed_seconds >= 0.3);
+    CHECK(r.closed_seconds < 5.0);
+    CHECK(r.throughput == doctest::Approx(static_cast<double>(r.closed_requests) / r.closed_seconds));
+    // The worker's tally of saturated batches is part of the ledger's.
+    CHECK(r.closed_calls <= r.model_calls);
+    CHECK(r.closed_batched <= r.snapshot.total.batched_items);
+    CHECK(r.closed_busy_s <= r.busy_s + 1e-9);
+    CHECK(r.snapshot.total.batched_items + r.cache_hits == r.requests);
+    CHECK(r.cost_per_1k == r.snapshot.total_cost.mul_div(1000, static_cast<std::int64_t>(r.requests)));
+  }
+  CHECK(results[0].closed_mean_batch == doctest::Approx(1.0));
+  CHECK(results[1].cache_hits > 0);
+  const std::string report = serve::format_report(cfg, results);
+  CHECK(report.find("16 closed-loop clients for 0.3 s") != std::string::npos);
+  CHECK(report.find("cost per 1k x") != std::string::npos);
+}
+
+TEST_CASE("serve: each phase draws the same request stream at every step, whatever the others consumed") {
+  const serve::config cfg = serve::parse_config(tiny_config());
+  const serve::zipf_inputs z(cfg);
+  serve::phase_stream a(z, cfg, 0), b(z, cfg, 0), other(z, cfg, 2);
+  int same = 0, differs = 0;
+  for (int i = 0; i < 200; ++i) {
+    const auto x = a.next(), y = b.next(), w = other.next();
+    same += x.input == y.input;
+    differs += x.input != w.input;
+    CHECK(x.input >= 0);
+    CHECK(x.input < cfg.pool);
+  }
+  CHECK(same == 200);
+  CHECK(differs > 100);
+  // Poisson offsets grow at about 1/rate per request (rate 2000/s for phase 2).
+  serve::phase_stream p(z, cfg, 2);
+  serve::planned_request last{};
+  for (int i = 0; i < 2000; ++i) last = p.next();
+  CHECK(std::chrono::duration<double>(last.offset).count() == doctest::Approx(1.0).epsilon(0.1));
+}
+
+TEST_CASE("serve: the batched fp32 path (column-major GEMM) computes what one request at a time does") {
+  serve::model_config mc;
+  mc.dims = {128, 256, 128};
+  mc.seed = 3;
+  const serve::mlp m(mc, serve::precision::fp32);
+  const serve::matrix x = serve::make_input_pool(9, 128, 3);
+  const serve::matrix batched = m.forward(x);
+  REQUIRE(batched.rows() == 9);
+  REQUIRE(batched.cols() == 128);
+  for (Eigen::Index r = 0; r < x.rows(); ++r) {
+    CAPTURE(r);
+    const serve::matrix one = m.forward(x.row(r));
+    CHECK((one.row(0) - batched.row(r)).norm() <= 1e-5f * batched.row(r).norm());
+  }
+}
+
 TEST_CASE("serve: bad configs are refused with the field named") {
   auto expect = [](const std::string& patch_key, const serve::json& v, const std::string& words) {
     serve::json j = tiny_config();
@@ -105,6 +176,9 @@ TEST_CASE("serve: bad configs are refused with the field named") {
   expect("ladder", serve::json::parse(R"([{"precision": "fp8"}])"), "fp8");
   expect("traffic.phases", serve::json::parse(R"([{"kind": "burst"}])"), "traffic.phases[0].kind");
   expect("gpu.hourly_usd", "cheap", "cheap");
+  expect("traffic.phases", serve::json::parse(R"([{"kind": "closed", "clients": 4}])"), "seconds > 0");
+  expect("traffic.phases", serve::json::parse(R"([{"kind": "closed", "clients": 4, "seconds": -1, "requests": 3}])"),
+         "traffic.phases[0].seconds");
   serve::json j = tiny_config();
   CHECK_THROWS_WITH_AS(serve::apply_override(j, "max_batch=3"),
                        doctest::Contains("--key.path=value"), std::invalid_argument);
