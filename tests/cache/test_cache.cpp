@@ -1,5 +1,6 @@
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <barrier>
 #include <chrono>
@@ -553,4 +554,95 @@ TEST_CASE("cache: concurrent gets, puts, erases and loads keep the cache consist
   });
   CHECK(sum == st.bytes);
   CHECK(t.size() <= 256);
+}
+
+TEST_CASE("cache: reads buffered by several threads are replayed before an eviction, each thread's in order") {
+  // One shard of 4. Thread x reads 2, then thread y reads 0, then x reads 1. These reads take no lock
+  // and wait in two stripes until a put replays them: x's in its order (2 before 1), y's read placed
+  // before or after them. Whatever the interleaving, 3 (never read) goes first and 2 before 1.
+  std::vector<int> evicted;
+  frugal::lru_cache<int> c({.max_entries = 4,
+                            .shards = 1,
+                            .on_evict = [&](const frugal::key128&, const std::shared_ptr<const int>& v,
+                                            frugal::eviction_cause) { evicted.push_back(*v); }});
+  for (int i = 0; i < 4; ++i) c.put(k(static_cast<std::uint64_t>(i)), i);  // oldest first: 0 1 2 3
+  std::atomic<int> step{0};
+  const auto wait_for = [&](int n) {
+    while (step.load() != n) std::this_thread::yield();
+  };
+  std::thread x([&] {
+    CHECK(c.get(k(2)));
+    step = 1;
+    wait_for(2);
+    CHECK(c.get(k(1)));
+  });
+  std::thread y([&] {
+    wait_for(1);
+    CHECK(c.get(k(0)));
+    step = 2;
+  });
+  x.join();
+  y.join();
+  for (int i = 0; i < 4; ++i) c.put(k(static_cast<std::uint64_t>(10 + i)), i);  // evicts 0 to 3
+  REQUIRE(evicted.size() == 4);
+  const auto at = [&](int key) { return std::find(evicted.begin(), evicted.end(), key) - evicted.begin(); };
+  CHECK(evicted.front() == 3);
+  CHECK(at(2) < at(1));
+  const auto st = c.stats();
+  CHECK(st.hits == 3);
+  CHECK(st.misses == 0);
+  CHECK(st.evictions_size == 4);
+}
+
+TEST_CASE("cache: more reads than a read buffer holds between two writes keep the exact LRU order") {
+  frugal::lru_cache<int> c({.max_entries = 64, .shards = 1});
+  for (int i = 0; i < 64; ++i) c.put(k(static_cast<std::uint64_t>(i)), i);
+  // 63 reads, far more than one buffer of 16: the ones that find it full take the lock and replay.
+  for (int i = 63; i >= 1; --i) CHECK(c.get(k(static_cast<std::uint64_t>(i))));
+  // The order is now 0 63 62 ... 1: each put evicts 0, then 63, then 62.
+  for (int i = 0; i < 3; ++i) c.put(k(static_cast<std::uint64_t>(100 + i)), i);
+  CHECK_FALSE(c.get(k(0)));
+  CHECK_FALSE(c.get(k(63)));
+  CHECK_FALSE(c.get(k(62)));
+  CHECK(c.get(k(61)));
+  CHECK(c.stats().hits == 64);
+}
+
+TEST_CASE("cache: lock-free gets racing puts, evictions and expiry return only the value stored under the key") {
+  frugal::manual_clock clock;
+  frugal::lru_cache<std::vector<int>, frugal::lru_admission, frugal::manual_clock> c(
+      {.max_entries = 128, .ttl = 50ms, .shards = 2}, clock);
+  frugal::lru_cache<std::vector<int>, frugal::tinylfu_admission> t({.max_entries = 128, .shards = 2});
+  constexpr int threads = 4;
+  constexpr int ops = 20000;
+  std::atomic<int> wrong{0};
+  std::atomic<std::uint64_t> gets{0};
+  std::vector<std::thread> pool;
+  for (int id = 0; id < threads; ++id)
+    pool.emplace_back([&, id] {
+      std::mt19937_64 rng(static_cast<std::uint64_t>(100 + id));
+      std::uint64_t mine = 0;
+      for (int op = 0; op < ops; ++op) {
+        const std::uint64_t key = rng() % 300;
+        const auto value = std::vector<int>(1 + key % 8, static_cast<int>(key));
+        if (op % 10 == 0) {
+          c.put(k(key), value);
+          t.put(k(key), value);
+          if (id == 0 && op % 100 == 0) clock.advance(1ms);
+        } else {
+          if (auto v = c.get(k(key)); v && v->front() != static_cast<int>(key)) ++wrong;
+          if (auto v = t.get(k(key)); v && v->front() != static_cast<int>(key)) ++wrong;
+          ++mine;
+        }
+      }
+      gets += mine;
+    });
+  for (auto& th : pool) th.join();
+  CHECK(wrong == 0);
+  const auto st = c.stats();
+  CHECK(st.hits + st.misses == gets.load());  // every buffered read was replayed and counted once
+  CHECK(st.entries <= 128);
+  const auto tt = t.stats();
+  CHECK(tt.hits + tt.misses == gets.load());
+  CHECK(tt.entries <= 128);
 }

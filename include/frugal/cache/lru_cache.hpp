@@ -34,33 +34,70 @@ namespace detail {
 // A shard's lock. Critical sections are a few dozen instructions, so a test-and-set lock beats
 // std::mutex: the release is a plain store, not a second atomic read-modify-write and call. A waiter
 // spins briefly and then yields, so a holder preempted on a busy machine gets its CPU back.
-class spin_lock {
- public:
-  void lock() noexcept {
-    while (locked_.exchange(true, std::memory_order_acquire)) {
-      for (unsigned spins = 0; locked_.load(std::memory_order_relaxed); ++spins) {
-        if (spins < 64) {
-          pause();
-        } else {
-          std::this_thread::yield();
-        }
-      }
-    }
-  }
-  bool try_lock() noexcept {
-    return !locked_.load(std::memory_order_relaxed) && !locked_.exchange(true, std::memory_order_acquire);
-  }
-  void unlock() noexcept { locked_.store(false, std::memory_order_release); }
-
- private:
-  static void pause() noexcept {
+inline void spin_pause(unsigned spins) noexcept {
+  if (spins < 64) {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_ia32_pause();
 #elif defined(__aarch64__)
     asm volatile("yield");
 #endif
+  } else {
+    std::this_thread::yield();
   }
+}
+
+// The exchange is sequentially consistent: with the readers' count in read_stripe it forms a Dekker
+// pair (a reader announces itself, then looks at the lock; a writer takes the lock, then looks for
+// readers), so that one of the two always sees the other.
+class spin_lock {
+ public:
+  void lock() noexcept {
+    while (locked_.exchange(true, std::memory_order_seq_cst)) {
+      for (unsigned spins = 0; locked_.load(std::memory_order_relaxed); ++spins) spin_pause(spins);
+    }
+  }
+  bool try_lock() noexcept {
+    return !locked_.load(std::memory_order_relaxed) && !locked_.exchange(true, std::memory_order_seq_cst);
+  }
+  void unlock() noexcept { locked_.store(false, std::memory_order_release); }
+  bool is_locked() const noexcept { return locked_.load(std::memory_order_seq_cst); }
+
+ private:
   std::atomic<bool> locked_{false};
+};
+
+// The number of threads at a time that read caches without their shards' locks.
+inline constexpr unsigned reader_slots = 8;
+
+// This thread's reader slot, 0 to reader_slots - 1, held from its first cache read until it exits
+// and then free for another thread; reader_slots when all are taken, and the thread reads under the
+// shards' locks. A slot is owned by one thread, so its stripe in each shard has a single writer.
+class reader_slot {
+ public:
+  static unsigned mine() noexcept {
+    thread_local const reader_slot slot;
+    return slot.id_;
+  }
+  reader_slot(const reader_slot&) = delete;
+  reader_slot& operator=(const reader_slot&) = delete;
+
+ private:
+  static constexpr unsigned all = (1u << reader_slots) - 1;
+  static std::atomic<unsigned>& taken() noexcept {
+    static std::atomic<unsigned> bits{0};
+    return bits;
+  }
+  reader_slot() noexcept {
+    unsigned bits = taken().load(std::memory_order_relaxed);
+    do {
+      if (bits == all) return;
+      id_ = static_cast<unsigned>(std::countr_one(bits));
+    } while (!taken().compare_exchange_weak(bits, bits | (1u << id_), std::memory_order_acquire));
+  }
+  ~reader_slot() {
+    if (id_ < reader_slots) taken().fetch_and(~(1u << id_), std::memory_order_release);
+  }
+  unsigned id_ = reader_slots;
 };
 
 }  // namespace detail
@@ -116,10 +153,21 @@ struct cache_stats {
 
 /// @brief A thread-safe, sharded LRU cache of inference results keyed by request hashes.
 ///
-/// Each shard is an exact LRU (or W-TinyLFU with Admission = tinylfu_admission) behind its own mutex;
+/// Each shard is an exact LRU (or W-TinyLFU with Admission = tinylfu_admission) behind its own lock;
 /// the shard is chosen by key bits. Entries live in one slot array per shard, chained into an index
 /// of 32-bit slot numbers and into the LRU list by 32-bit links, which keeps the metadata near 60
 /// bytes per entry. get never allocates.
+///
+/// get does not take the shard's lock, in the manner of Caffeine's read buffers. Each of the first
+/// eight threads to read holds a reader slot (until it exits) and owns one stripe in every shard. A
+/// reader raises its stripe's flag, checks that no writer holds the lock, looks the key up, and
+/// appends the slot it found to its stripe's buffer of 15 instead of relinking the LRU list. Every
+/// operation that takes the lock first waits for the flags to drop, then replays the buffered reads,
+/// so that evictions always see every read. Reads by different threads since the shard's last locked
+/// operation are replayed one thread after another; each thread's keep their order, and on one thread
+/// the order is exactly that of a locked LRU. A reader that finds the lock held or its buffer full,
+/// or a ninth thread, takes the lock itself. Reads of a shard by different threads thus write nothing
+/// that the others read, except the value's reference count.
 ///
 /// Values are handed out as std::shared_ptr<const V>. A reader's value then stays valid after it is
 /// evicted, replaced or cleared, and even after the cache is gone, with no pin to release and no
@@ -162,8 +210,30 @@ class lru_cache {
   /// @brief The value under key, or null on a miss. Makes the entry the most recently used.
   pointer get(const Key& key) {
     shard& s = shard_for(key);
+    if (const unsigned slot = detail::reader_slot::mine(); slot < detail::reader_slots) [[likely]] {
+      read_stripe& st = s.stripes[slot];
+      st.reading.store(true, std::memory_order_seq_cst);
+      if (!s.mutex.is_locked()) [[likely]] {
+        // No writer is past its wait for readers, and none can get past it before this one leaves.
+        const std::uint32_t at = st.count.load(std::memory_order_relaxed);
+        if (at < read_buffer_size) [[likely]] {
+          const std::uint32_t i = find(s, key);
+          const entry* e = i == nil ? nullptr : &s.slab[i];
+          if (e == nullptr || e->expiry == 0 || now_ticks() < e->expiry) [[likely]] {
+            pointer hit = e != nullptr ? e->value : pointer{};
+            st.records[at] = read_record{detail::key_low(key), i};
+            st.count.store(at + 1, std::memory_order_relaxed);
+            st.reading.store(false, std::memory_order_release);
+            return hit;
+          }
+        }
+      }
+      st.reading.store(false, std::memory_order_release);
+    }
+    // A writer holds the shard, the buffer is full, the entry has expired, or this thread has no
+    // reader slot: take the lock.
     pointer expired;
-    std::unique_lock lock(s.mutex);
+    exclusive_lock lock(*this, s);
     pointer hit = lookup_locked(s, key, expired);
     lock.unlock();
     if (expired) [[unlikely]]
@@ -250,7 +320,7 @@ class lru_cache {
   bool erase(const Key& key) {
     shard& s = shard_for(key);
     eviction_list ev;
-    std::unique_lock lock(s.mutex);
+    exclusive_lock lock(*this, s);
     const std::uint32_t i = find(s, key);
     if (i != nil) remove(s, i, eviction_cause::erased, ev);
     lock.unlock();
@@ -266,7 +336,7 @@ class lru_cache {
     for (std::size_t si = 0; si < shard_count_; ++si) {
       shard& s = shards_[si];
       eviction_list ev;
-      std::unique_lock lock(s.mutex);
+      exclusive_lock lock(*this, s);
       for (std::uint32_t i = 0; i < s.slab.size(); ++i) {
         entry& e = s.slab[i];
         if (!e.value) continue;
@@ -300,7 +370,7 @@ class lru_cache {
       shard& s = shards_[si];
       eviction_list ev;
       const std::int64_t now = now_ticks();
-      std::unique_lock lock(s.mutex);
+      exclusive_lock lock(*this, s);
       for (std::uint32_t i = 0; i < s.slab.size(); ++i) {
         const entry& e = s.slab[i];
         if (e.value && e.expiry != 0 && now >= e.expiry) {
@@ -319,8 +389,8 @@ class lru_cache {
     cache_stats st;
     st.metadata_bytes = sizeof(*this) + shard_count_ * sizeof(shard);
     for (std::size_t si = 0; si < shard_count_; ++si) {
-      const shard& s = shards_[si];
-      std::lock_guard lock(s.mutex);
+      shard& s = shards_[si];
+      exclusive_lock lock(*this, s);
       st.hits += s.c.hits;
       st.misses += s.c.misses;
       st.puts += s.c.puts;
@@ -346,7 +416,7 @@ class lru_cache {
   std::size_t size() const {
     std::size_t n = 0;
     for (std::size_t si = 0; si < shard_count_; ++si) {
-      std::lock_guard lock(shards_[si].mutex);
+      exclusive_lock lock(*this, shards_[si]);
       n += shards_[si].count;
     }
     return n;
@@ -398,9 +468,24 @@ class lru_cache {
   };
   using sketch_type = std::conditional_t<tinylfu, detail::frequency_sketch, no_sketch>;
 
+  static constexpr std::uint32_t read_buffer_size = 15;
+
+  struct read_record {
+    std::uint64_t key_low;  // for the admission sketch
+    std::uint32_t slot;     // nil for a miss
+  };
+
+  // One reader slot's buffered reads of one shard, on cache lines of its own: only the thread that
+  // holds the slot appends, and only the holder of the shard's lock, once `reading` is false, empties.
+  struct alignas(64) read_stripe {
+    std::atomic<bool> reading{false};
+    std::atomic<std::uint32_t> count{0};
+    read_record records[read_buffer_size];
+  };
+
   // Aligned so that two shards' locks never share a cache line.
   struct alignas(64) shard {
-    mutable detail::spin_lock mutex;
+    detail::spin_lock mutex;
     std::vector<entry> slab;
     std::vector<std::uint32_t> buckets;
     std::uint32_t free_head = nil;
@@ -415,7 +500,55 @@ class lru_cache {
     counters c;
     std::unordered_map<Key, std::shared_future<pointer>> flights;
     [[no_unique_address]] sketch_type sketch;
+    read_stripe stripes[detail::reader_slots];
   };
+
+  // Holds a shard alone: its lock taken, no reader inside, the buffered reads replayed.
+  class exclusive_lock {
+   public:
+    exclusive_lock(const lru_cache& cache, shard& s) : s_(&s) { cache.acquire(s); }
+    exclusive_lock(const exclusive_lock&) = delete;
+    exclusive_lock& operator=(const exclusive_lock&) = delete;
+    ~exclusive_lock() {
+      if (s_ != nullptr) s_->mutex.unlock();
+    }
+    void unlock() noexcept {
+      s_->mutex.unlock();
+      s_ = nullptr;
+    }
+
+   private:
+    shard* s_;
+  };
+
+  void acquire(shard& s) const {
+    s.mutex.lock();
+    for (read_stripe& st : s.stripes) {
+      for (unsigned spins = 0; st.reading.load(std::memory_order_seq_cst); ++spins) detail::spin_pause(spins);
+    }
+    replay_reads(s);
+  }
+
+  // Applies the buffered reads, each reader's in its own order, as if each had taken the lock when it
+  // ran. Reads by different threads since the shard's last locked operation are applied one thread
+  // after another: they overlapped in time, as far as the cache can tell, so any order is one the
+  // threads could have run in.
+  void replay_reads(shard& s) const {
+    for (read_stripe& st : s.stripes) {
+      const std::uint32_t n = st.count.load(std::memory_order_relaxed);
+      for (std::uint32_t j = 0; j < n; ++j) {
+        const read_record r = st.records[j];
+        if constexpr (tinylfu) s.sketch.increment(r.key_low);
+        if (r.slot == nil) {
+          ++s.c.misses;
+        } else {
+          ++s.c.hits;
+          touch(s, r.slot);
+        }
+      }
+      if (n != 0) st.count.store(0, std::memory_order_relaxed);
+    }
+  }
 
   struct evicted {
     Key key{};
@@ -543,7 +676,7 @@ class lru_cache {
     return i;
   }
 
-  void link_front(shard& s, std::uint32_t i, std::uint32_t seg) noexcept {
+  void link_front(shard& s, std::uint32_t i, std::uint32_t seg) const noexcept {
     entry& e = s.slab[i];
     segment_list& l = s.seg[seg];
     e.set(e.weight(), seg);
@@ -555,7 +688,7 @@ class lru_cache {
     l.cost += cost_of(s, e.weight());
   }
 
-  void unlink(shard& s, std::uint32_t i) noexcept {
+  void unlink(shard& s, std::uint32_t i) const noexcept {
     entry& e = s.slab[i];
     segment_list& l = s.seg[e.segment()];
     if (e.prev != nil)
@@ -569,7 +702,7 @@ class lru_cache {
     l.cost -= cost_of(s, e.weight());
   }
 
-  void move_front(shard& s, std::uint32_t i, std::uint32_t seg) noexcept {
+  void move_front(shard& s, std::uint32_t i, std::uint32_t seg) const noexcept {
     if (s.seg[seg].head == i && s.slab[i].segment() == seg) return;
     unlink(s, i);
     link_front(s, i, seg);
@@ -646,7 +779,7 @@ class lru_cache {
     if constexpr (tinylfu) s.sketch.increment(detail::key_low(key));
   }
 
-  void touch(shard& s, std::uint32_t i) noexcept {
+  void touch(shard& s, std::uint32_t i) const noexcept {
     if constexpr (tinylfu) {
       switch (s.slab[i].segment()) {
         case window:
@@ -774,7 +907,7 @@ class lru_cache {
     const std::int64_t expiry = expiry_for(ttl);
     shard& s = shard_for(key);
     eviction_list ev;
-    std::unique_lock lock(s.mutex);
+    exclusive_lock lock(*this, s);
     const bool stored = store_locked(s, key, std::move(value), w, expiry, ev);
     lock.unlock();
     notify(ev);
@@ -786,7 +919,7 @@ class lru_cache {
   pointer begin_load(shard& s, const Key& key, std::promise<pointer>& promise,
                      std::shared_future<pointer>& other) {
     pointer expired;
-    std::unique_lock lock(s.mutex);
+    exclusive_lock lock(*this, s);
     pointer hit = lookup_locked(s, key, expired);
     if (!hit) {
       auto it = s.flights.find(key);
@@ -804,7 +937,7 @@ class lru_cache {
   }
 
   std::shared_future<pointer> find_flight(shard& s, const Key& key) {
-    std::lock_guard lock(s.mutex);
+    exclusive_lock lock(*this, s);
     return s.flights.at(key);
   }
 
@@ -817,12 +950,12 @@ class lru_cache {
       result = std::make_shared<const V>(std::invoke(fn));
       const std::size_t w = weigh(*result);
       const std::int64_t expiry = expiry_for(ttl);
-      std::lock_guard lock(s.mutex);
+      exclusive_lock lock(*this, s);
       store_locked(s, key, result, w, expiry, ev, true);
       s.flights.erase(key);
     } catch (...) {
       {
-        std::lock_guard lock(s.mutex);
+        exclusive_lock lock(*this, s);
         s.flights.erase(key);
         ++s.c.load_failures;
       }
