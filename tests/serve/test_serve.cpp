@@ -112,6 +112,8 @@ TEST_CASE("serve: a timed closed-loop phase serves until its deadline, and every
     CHECK(r.closed_calls <= r.model_calls);
     CHECK(r.closed_batched <= r.snapshot.total.batched_items);
     CHECK(r.closed_busy_s <= r.busy_s + 1e-9);
+    CHECK(r.closed_cpu_s > 0);
+    CHECK(r.closed_cpu_s <= r.closed_busy_s + 0.05);  // CPU time cannot exceed wall time (clock granularity aside)
     CHECK(r.snapshot.total.batched_items + r.cache_hits == r.requests);
     CHECK(r.cost_per_1k == r.snapshot.total_cost.mul_div(1000, static_cast<std::int64_t>(r.requests)));
   }
