@@ -31,9 +31,7 @@ FRUGAL_BEGIN_NAMESPACE
 
 namespace detail {
 
-// A shard's lock. Critical sections are a few dozen instructions, so a test-and-set lock beats
-// std::mutex: the release is a plain store, not a second atomic read-modify-write and call. A waiter
-// spins briefly and then yields, so a holder preempted on a busy machine gets its CPU back.
+// Spins briefly, then yields, so that a lock holder preempted on a busy machine gets its CPU back.
 inline void spin_pause(unsigned spins) noexcept {
   if (spins < 64) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -46,9 +44,11 @@ inline void spin_pause(unsigned spins) noexcept {
   }
 }
 
-// The exchange is sequentially consistent: with the readers' count in read_stripe it forms a Dekker
-// pair (a reader announces itself, then looks at the lock; a writer takes the lock, then looks for
-// readers), so that one of the two always sees the other.
+// A shard's lock. Critical sections are a few dozen instructions, so a test-and-set lock beats
+// std::mutex: the release is a plain store, not a second atomic read-modify-write and call.
+// The exchange is sequentially consistent: with the `reading` flag of each read_stripe it forms a
+// Dekker pair (a reader raises its flag, then looks at the lock; a writer takes the lock, then looks
+// at the flags), so that one of the two always sees the other.
 class spin_lock {
  public:
   void lock() noexcept {
