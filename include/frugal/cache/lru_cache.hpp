@@ -100,6 +100,11 @@ class reader_slot {
   unsigned id_ = reader_slots;
 };
 
+// True while this thread runs a function passed to lru_cache::visit. The value it reads is held by
+// the thread's read flag, which a writer waits for, so a cache call from inside would wait for itself
+// (or, on another shard, for a thread that waits for it): such calls throw instead.
+inline thread_local bool in_visit = false;
+
 }  // namespace detail
 
 /// @brief Why an entry left the cache, as passed to options.on_evict.
@@ -121,8 +126,10 @@ struct cache_options {
   /// Cache-wide time to live; 0 for none. put and get_or_compute may override it per entry.
   std::chrono::nanoseconds ttl{0};
   /// Number of shards, a power of two, each with its own lock and an equal share of the limits.
-  /// 0 picks up to 16 while each shard keeps at least 64 entries (or 1 MiB). Use 1 for one exact LRU
-  /// order over the whole cache; raise it when many threads hit the cache at once.
+  /// 0 picks up to 64 while each shard keeps at least 64 entries (or 1 MiB): with fewer, two threads
+  /// on a Zipf load meet on the hot shards' lines often enough to cost a third of the second core
+  /// (benchmarks/RESULTS.md). Use 1 for one exact LRU order over the whole cache; raise it when
+  /// many threads hit the cache at once.
   std::size_t shards = 0;
   /// The bytes of a value. Defaults to frugal::default_weigher<V> where that is defined; required when
   /// max_bytes is set and it is not.
@@ -166,13 +173,16 @@ struct cache_stats {
 /// so that evictions always see every read. Reads by different threads since the shard's last locked
 /// operation are replayed one thread after another; each thread's keep their order, and on one thread
 /// the order is exactly that of a locked LRU. A reader that finds the lock held or its buffer full,
-/// or a ninth thread, takes the lock itself. Reads of a shard by different threads thus write nothing
-/// that the others read, except the value's reference count.
+/// or a ninth thread, takes the lock itself. The LRU links are kept apart from what lookups read, so
+/// replaying reads writes no line that other cores' lookups need. Reads of a shard by different
+/// threads thus write nothing that the others read, except, for get, the value's reference count.
 ///
 /// Values are handed out as std::shared_ptr<const V>. A reader's value then stays valid after it is
 /// evicted, replaced or cleared, and even after the cache is gone, with no pin to release and no
 /// handle that can dangle. put allocates the value and its control block together (make_shared), so a
-/// hit only bumps a count under the lock. The price is the 16-byte pointer in each slot.
+/// hit only bumps a count. The price is the 16-byte pointer in each slot, and on a hot value read
+/// from several cores, the count's cache line moving between them. visit(key, fn) avoids that: fn
+/// reads the value in place while the reader's flag keeps it alive, and copies out what it needs.
 ///
 /// @tparam Admission lru_admission (default) or tinylfu_admission.
 /// @tparam Clock     the clock for TTLs, e.g. frugal::manual_clock in tests.
@@ -210,35 +220,37 @@ class lru_cache {
   /// @brief The value under key, or null on a miss. Makes the entry the most recently used.
   pointer get(const Key& key) {
     shard& s = shard_for(key);
-    if (const unsigned slot = detail::reader_slot::mine(); slot < detail::reader_slots) [[likely]] {
-      read_stripe& st = s.stripes[slot];
-      st.reading.store(true, std::memory_order_seq_cst);
-      if (!s.mutex.is_locked()) [[likely]] {
-        // No writer is past its wait for readers, and none can get past it before this one leaves.
-        const std::uint32_t at = st.count.load(std::memory_order_relaxed);
-        if (at < read_buffer_size) [[likely]] {
-          const std::uint32_t i = find(s, key);
-          const entry* e = i == nil ? nullptr : &s.slab[i];
-          if (e == nullptr || e->expiry == 0 || now_ticks() < e->expiry) [[likely]] {
-            pointer hit = e != nullptr ? e->value : pointer{};
-            st.records[at] = read_record{detail::key_low(key), i};
-            st.count.store(at + 1, std::memory_order_relaxed);
-            st.reading.store(false, std::memory_order_release);
-            return hit;
-          }
-        }
-      }
-      st.reading.store(false, std::memory_order_release);
-    }
-    // A writer holds the shard, the buffer is full, the entry has expired, or this thread has no
-    // reader slot: take the lock.
-    pointer expired;
-    exclusive_lock lock(*this, s);
-    pointer hit = lookup_locked(s, key, expired);
-    lock.unlock();
-    if (expired) [[unlikely]]
-      notify_one(key, expired, eviction_cause::expired);
-    return hit;
+    pointer hit;
+    if (read_unlocked(s, key, [&](const entry& e) { hit = e.value; })) [[likely]]
+      return hit;
+    return get_locked(s, key);
+  }
+
+  /// @brief Calls fn(const V&) with the value under key and returns true, or returns false on a
+  /// miss; like get, makes the entry the most recently used. Most calls touch no reference count:
+  /// fn reads the value in place while this thread's read flag keeps it alive, so that many cores
+  /// can read one hot value without passing its count between them. Writers to the same shard wait
+  /// for fn, so keep it short (copy out what you need). fn must not call any frugal cache: such a
+  /// call throws std::logic_error instead of deadlocking. An exception from fn propagates.
+  template <class F>
+  bool visit(const Key& key, F&& fn) {
+    static_assert(std::is_invocable_v<F&, const V&>, "frugal::lru_cache::visit: fn must take const V&");
+    shard& s = shard_for(key);
+    bool found = false;
+    const auto call = [&](const V& v) {
+      found = true;
+      detail::in_visit = true;
+      struct reset {
+        ~reset() { detail::in_visit = false; }
+      } r;
+      std::invoke(fn, v);
+    };
+    if (read_unlocked(s, key, [&](const entry& e) { call(*e.value); })) [[likely]]
+      return found;
+    // The slow path holds the value by its count, so fn runs after the lock is released.
+    const pointer p = get_locked(s, key);
+    if (p) call(*p);
+    return found;
   }
 
   /// @brief Stores value under key, replacing any older value. ttl 0 takes the cache's ttl and
@@ -404,7 +416,8 @@ class lru_cache {
       st.load_failures += s.c.load_failures;
       st.entries += s.count;
       st.bytes += s.bytes;
-      st.metadata_bytes += s.slab.capacity() * sizeof(entry) + s.buckets.capacity() * sizeof(std::uint32_t);
+      st.metadata_bytes += s.slab.capacity() * sizeof(entry) + s.links.capacity() * sizeof(lru_link) +
+                           s.buckets.capacity() * sizeof(std::uint32_t);
       if constexpr (tinylfu) st.metadata_bytes += s.sketch.bytes();
     }
     const auto lookups = st.hits + st.misses;
@@ -426,7 +439,7 @@ class lru_cache {
   const options& config() const noexcept { return opts_; }
 
   /// @brief Bytes of metadata in one slot, the fixed part of the per-entry cost.
-  static constexpr std::size_t slot_bytes() noexcept { return sizeof(entry); }
+  static constexpr std::size_t slot_bytes() noexcept { return sizeof(entry) + sizeof(lru_link); }
 
  private:
   static constexpr std::uint32_t nil = std::numeric_limits<std::uint32_t>::max();
@@ -435,12 +448,12 @@ class lru_cache {
   static constexpr std::uint32_t max_slots_per_shard = std::uint32_t{1} << 30;
   enum : std::uint32_t { window = 0, probation = 1, protected_ = 2 };
 
+  // What a lookup reads. The LRU links live apart, in `lru_link`, so that replaying reads, which relinks
+  // the hot entries all the time, writes no cache line that another core's lookups read.
   struct entry {
     Key key{};
     pointer value;                 // null when the slot is free
     std::int64_t expiry = 0;       // Clock ticks since its epoch; 0 for never
-    std::uint32_t prev = nil;      // LRU list
-    std::uint32_t next = nil;      // LRU list, or the free list
     std::uint32_t chain = nil;     // next slot in the same index bucket
     std::uint32_t weight_seg = 0;  // weight in the low 30 bits, segment in the top 2
 
@@ -449,6 +462,11 @@ class lru_cache {
     void set(std::size_t w, std::uint32_t seg) noexcept {
       weight_seg = static_cast<std::uint32_t>(w) | (seg << weight_bits);
     }
+  };
+
+  struct lru_link {
+    std::uint32_t prev = nil;  // LRU list
+    std::uint32_t next = nil;  // LRU list, or the free list
   };
 
   struct segment_list {
@@ -487,6 +505,7 @@ class lru_cache {
   struct alignas(64) shard {
     detail::spin_lock mutex;
     std::vector<entry> slab;
+    std::vector<lru_link> links;  // parallel to slab
     std::vector<std::uint32_t> buckets;
     std::uint32_t free_head = nil;
     segment_list seg[3];
@@ -521,7 +540,57 @@ class lru_cache {
     shard* s_;
   };
 
+  static void check_not_in_visit() {
+    if (detail::in_visit) [[unlikely]]
+      throw std::logic_error(
+          "frugal::lru_cache: called from inside a function passed to visit; copy the "
+          "value out and call the cache after visit returns");
+  }
+
+  // The read without the lock: true once done (hit or miss, with on_hit(entry) called on a hit while
+  // the read flag holds the entry), false when the caller must take the lock: a writer holds the
+  // shard, the buffer is full, the entry has expired, or this thread has no reader slot.
+  template <class OnHit>
+  bool read_unlocked(shard& s, const Key& key, OnHit&& on_hit) const {
+    check_not_in_visit();
+    const unsigned slot = detail::reader_slot::mine();
+    if (slot >= detail::reader_slots) [[unlikely]]
+      return false;
+    read_stripe& st = s.stripes[slot];
+    st.reading.store(true, std::memory_order_seq_cst);
+    struct lower {
+      read_stripe& st;
+      ~lower() { st.reading.store(false, std::memory_order_release); }
+    } flag{st};
+    // Once the lock is seen free, no writer is past its wait for readers, and none can get past it
+    // before this one lowers its flag.
+    if (s.mutex.is_locked()) [[unlikely]]
+      return false;
+    const std::uint32_t at = st.count.load(std::memory_order_relaxed);
+    if (at >= read_buffer_size) [[unlikely]]
+      return false;
+    const std::uint32_t i = find(s, key);
+    const entry* e = i == nil ? nullptr : &s.slab[i];
+    if (e != nullptr && e->expiry != 0 && now_ticks() >= e->expiry) [[unlikely]]
+      return false;
+    st.records[at] = read_record{detail::key_low(key), i};
+    st.count.store(at + 1, std::memory_order_relaxed);
+    if (e != nullptr) on_hit(*e);
+    return true;
+  }
+
+  pointer get_locked(shard& s, const Key& key) {
+    pointer expired;
+    exclusive_lock lock(*this, s);
+    pointer hit = lookup_locked(s, key, expired);
+    lock.unlock();
+    if (expired) [[unlikely]]
+      notify_one(key, expired, eviction_cause::expired);
+    return hit;
+  }
+
   void acquire(shard& s) const {
+    check_not_in_visit();
     s.mutex.lock();
     for (read_stripe& st : s.stripes) {
       for (unsigned spins = 0; st.reading.load(std::memory_order_seq_cst); ++spins) detail::spin_pause(spins);
@@ -599,7 +668,7 @@ class lru_cache {
                                   ") must not exceed options.max_bytes (" + std::to_string(opts_.max_bytes) +
                                   ")");
     if (opts_.shards == 0) {
-      std::size_t n = 16;
+      std::size_t n = 64;
       while (n > 1 && opts_.max_entries != 0 && opts_.max_entries / n < 64) n /= 2;
       while (n > 1 && opts_.max_bytes != 0 && opts_.max_bytes / n < (std::size_t{1} << 20)) n /= 2;
       opts_.shards = n;
@@ -679,26 +748,28 @@ class lru_cache {
   void link_front(shard& s, std::uint32_t i, std::uint32_t seg) const noexcept {
     entry& e = s.slab[i];
     segment_list& l = s.seg[seg];
-    e.set(e.weight(), seg);
-    e.prev = nil;
-    e.next = l.head;
-    if (l.head != nil) s.slab[l.head].prev = i;
+    if (e.segment() != seg) e.set(e.weight(), seg);
+    lru_link& n = s.links[i];
+    n.prev = nil;
+    n.next = l.head;
+    if (l.head != nil) s.links[l.head].prev = i;
     l.head = i;
     if (l.tail == nil) l.tail = i;
     l.cost += cost_of(s, e.weight());
   }
 
   void unlink(shard& s, std::uint32_t i) const noexcept {
-    entry& e = s.slab[i];
+    const entry& e = s.slab[i];
+    const lru_link n = s.links[i];
     segment_list& l = s.seg[e.segment()];
-    if (e.prev != nil)
-      s.slab[e.prev].next = e.next;
+    if (n.prev != nil)
+      s.links[n.prev].next = n.next;
     else
-      l.head = e.next;
-    if (e.next != nil)
-      s.slab[e.next].prev = e.prev;
+      l.head = n.next;
+    if (n.next != nil)
+      s.links[n.next].prev = n.prev;
     else
-      l.tail = e.prev;
+      l.tail = n.prev;
     l.cost -= cost_of(s, e.weight());
   }
 
@@ -711,7 +782,7 @@ class lru_cache {
   std::uint32_t allocate_slot(shard& s) {
     if (s.free_head != nil) {
       const std::uint32_t i = s.free_head;
-      s.free_head = s.slab[i].next;
+      s.free_head = s.links[i].next;
       return i;
     }
     if (s.slab.size() >= max_slots_per_shard)
@@ -721,8 +792,10 @@ class lru_cache {
       // One slot above the limit: an insert is made before the eviction it causes.
       if (s.max_count != 0) want = std::min(want, s.max_count + 1);
       s.slab.reserve(want);
+      s.links.reserve(want);
     }
     s.slab.emplace_back();
+    s.links.emplace_back();
     return static_cast<std::uint32_t>(s.slab.size() - 1);
   }
 
@@ -769,8 +842,7 @@ class lru_cache {
     pointer value = std::move(e.value);
     e.expiry = 0;
     e.chain = nil;
-    e.prev = nil;
-    e.next = s.free_head;
+    s.links[i] = lru_link{nil, s.free_head};
     s.free_head = i;
     return value;
   }
@@ -828,7 +900,7 @@ class lru_cache {
     const std::uint32_t order[3] = {probation, protected_, window};
     for (std::uint32_t seg : order) {
       std::uint32_t t = s.seg[seg].tail;
-      if (t == keep) t = s.slab[t].prev;
+      if (t == keep) t = s.links[t].prev;
       if (t != nil) return t;
     }
     return nil;
