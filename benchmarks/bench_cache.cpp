@@ -67,7 +67,11 @@ struct warm {
   }
 };
 
-template <class C>
+// Reads with get (a shared_ptr copy: two atomic updates on the value's count) or with visit (the
+// value read in place under the reader's flag, no count touched).
+enum class read_with { get, visit };
+
+template <class C, read_with R = read_with::get>
 void BM_hit(benchmark::State& state) {
   const auto n = static_cast<std::size_t>(state.range(0));
   C& c = warm<C>::get(n, n);
@@ -75,20 +79,13 @@ void BM_hit(benchmark::State& state) {
   const auto order = uniform_order(n, std::size_t{1} << 20);
   std::size_t i = 0;
   for (auto _ : state) {
-    auto v = c.get(k[order[i++ & (order.size() - 1)]]);
-    benchmark::DoNotOptimize(v);
-  }
-  state.SetItemsProcessed(state.iterations());
-}
-
-void BM_hit_visit(benchmark::State& state) {
-  const auto n = static_cast<std::size_t>(state.range(0));
-  frugal_lru& c = warm<frugal_lru>::get(n, n);
-  const auto& k = keys(n);
-  const auto order = uniform_order(n, std::size_t{1} << 20);
-  std::size_t i = 0;
-  for (auto _ : state) {
-    c.visit(k[order[i++ & (order.size() - 1)]], [](const value& v) { benchmark::DoNotOptimize(v); });
+    const auto& key = k[order[i++ & (order.size() - 1)]];
+    if constexpr (R == read_with::visit) {
+      c.visit(key, [](const value& v) { benchmark::DoNotOptimize(v); });
+    } else {
+      auto v = c.get(key);
+      benchmark::DoNotOptimize(v);
+    }
   }
   state.SetItemsProcessed(state.iterations());
 }
@@ -118,10 +115,6 @@ const std::vector<std::uint32_t>& zipf_order() {
   }();
   return order;
 }
-
-// Reads with get (a shared_ptr copy: two atomic updates on the value's count) or with visit (the
-// value read in place under the reader's flag, no count touched).
-enum class read_with { get, visit };
 
 template <class C, read_with R = read_with::get>
 void BM_mix(benchmark::State& state) {
@@ -227,7 +220,7 @@ void BM_xxh3_128_raw(benchmark::State& state) {
 }  // namespace
 
 BENCHMARK(BM_hit<frugal_lru>)->Name("hit/frugal_lru")->Arg(10'000)->Arg(1'000'000);
-BENCHMARK(BM_hit_visit)->Name("hit/frugal_lru_visit")->Arg(10'000)->Arg(1'000'000);
+BENCHMARK(BM_hit<frugal_lru, read_with::visit>)->Name("hit/frugal_lru_visit")->Arg(10'000)->Arg(1'000'000);
 BENCHMARK(BM_hit<frugal_tinylfu>)->Name("hit/frugal_tinylfu")->Arg(10'000)->Arg(1'000'000);
 BENCHMARK(BM_hit<reference>)->Name("hit/reference_map_list_mutex")->Arg(10'000)->Arg(1'000'000);
 BENCHMARK(BM_miss_insert<frugal_lru>)->Name("miss_insert/frugal_lru")->Arg(10'000);
