@@ -126,10 +126,9 @@ struct cache_options {
   /// Cache-wide time to live; 0 for none. put and get_or_compute may override it per entry.
   std::chrono::nanoseconds ttl{0};
   /// Number of shards, a power of two, each with its own lock and an equal share of the limits.
-  /// 0 picks up to 64 while each shard keeps at least 64 entries (or 1 MiB): with fewer, two threads
-  /// on a Zipf load meet on the hot shards' lines often enough to cost a third of the second core
-  /// (benchmarks/RESULTS.md). Use 1 for one exact LRU order over the whole cache; raise it when
-  /// many threads hit the cache at once.
+  /// 0 picks up to 64 while each shard keeps at least 64 entries (or 1 MiB): with fewer, threads on a
+  /// Zipf load meet more often on the hot shards' lock lines. Use 1 for one exact LRU order over the
+  /// whole cache; raise it when many threads hit the cache at once.
   std::size_t shards = 0;
   /// The bytes of a value. Defaults to frugal::default_weigher<V> where that is defined; required when
   /// max_bytes is set and it is not.
