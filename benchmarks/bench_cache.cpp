@@ -116,6 +116,26 @@ const std::vector<std::uint32_t>& zipf_order() {
   return order;
 }
 
+// The timed loop of the mix: thread t starts at its own offset in the shared Zipf order.
+template <read_with R, class C>
+void run_mix(benchmark::State& state, C& c) {
+  std::size_t i = static_cast<std::size_t>(state.thread_index()) * 977'123;
+  std::uint64_t writes = 0;
+  const auto& order = zipf_order();
+  for (auto _ : state) {
+    const auto& key = keys(0)[order[i & (order.size() - 1)]];
+    if (i++ % 10 == 9) {
+      c.put(key, ++writes);
+    } else if constexpr (R == read_with::visit) {
+      c.visit(key, [](const value& v) { benchmark::DoNotOptimize(v); });
+    } else {
+      auto v = c.get(key);
+      benchmark::DoNotOptimize(v);
+    }
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+
 template <class C, read_with R = read_with::get>
 void BM_mix(benchmark::State& state) {
   static C* c = nullptr;
@@ -124,21 +144,7 @@ void BM_mix(benchmark::State& state) {
     zipf_order();
     keys(mix_keys);
   }
-  std::size_t i = static_cast<std::size_t>(state.thread_index()) * 977'123;
-  std::uint64_t writes = 0;
-  const auto& order = zipf_order();
-  for (auto _ : state) {
-    const auto& key = keys(0)[order[i & (order.size() - 1)]];
-    if (i++ % 10 == 9) {
-      c->put(key, ++writes);
-    } else if constexpr (R == read_with::visit) {
-      c->visit(key, [](const value& v) { benchmark::DoNotOptimize(v); });
-    } else {
-      auto v = c->get(key);
-      benchmark::DoNotOptimize(v);
-    }
-  }
-  state.SetItemsProcessed(state.iterations());
+  run_mix<R>(state, *c);
 }
 
 // The same mix with one private cache per thread: nothing is shared, so its 2-thread/1-thread ratio
@@ -155,20 +161,7 @@ void BM_mix_private(benchmark::State& state) {
     const auto& k = keys(0);
     for (std::size_t j = 0; j < mix_capacity; ++j) caches[t]->put(k[j], j);
   }
-  C& c = *caches[t];
-  std::size_t i = t * 977'123;
-  std::uint64_t writes = 0;
-  const auto& order = zipf_order();
-  for (auto _ : state) {
-    const auto& key = keys(0)[order[i & (order.size() - 1)]];
-    if (i++ % 10 == 9) {
-      c.put(key, ++writes);
-    } else {
-      auto v = c.get(key);
-      benchmark::DoNotOptimize(v);
-    }
-  }
-  state.SetItemsProcessed(state.iterations());
+  run_mix<read_with::get>(state, *caches[t]);
 }
 
 // Heap bytes per entry beyond the value itself, from malloc's own count: a full cache of a million
