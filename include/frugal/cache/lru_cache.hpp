@@ -44,11 +44,8 @@ inline void spin_pause(unsigned spins) noexcept {
   }
 }
 
-// A shard's lock. Critical sections are a few dozen instructions, so a test-and-set lock beats
-// std::mutex: the release is a plain store, not a second atomic read-modify-write and call.
-// The exchange is sequentially consistent: with the `reading` flag of each read_stripe it forms a
-// Dekker pair (a reader raises its flag, then looks at the lock; a writer takes the lock, then looks
-// at the flags), so that one of the two always sees the other.
+// A shard's writers' lock. Critical sections are a few dozen instructions, so a test-and-set lock
+// beats std::mutex: the release is a plain store, not a second atomic read-modify-write and call.
 class spin_lock {
  public:
   void lock() noexcept {
@@ -60,7 +57,6 @@ class spin_lock {
     return !locked_.load(std::memory_order_relaxed) && !locked_.exchange(true, std::memory_order_seq_cst);
   }
   void unlock() noexcept { locked_.store(false, std::memory_order_release); }
-  bool is_locked() const noexcept { return locked_.load(std::memory_order_seq_cst); }
 
  private:
   std::atomic<bool> locked_{false};
@@ -166,15 +162,17 @@ struct cache_stats {
 ///
 /// get does not take the shard's lock, in the manner of Caffeine's read buffers. Each of the first
 /// eight threads to read holds a reader slot (until it exits) and owns one stripe in every shard. A
-/// reader raises its stripe's flag, checks that no writer holds the lock, looks the key up, and
+/// reader raises its stripe's flag, checks that no writer is excluding readers, looks the key up, and
 /// appends the slot it found to its stripe's buffer of 15 instead of relinking the LRU list. Every
-/// operation that takes the lock first waits for the flags to drop, then replays the buffered reads,
-/// so that evictions always see every read. Reads by different threads since the shard's last locked
-/// operation are replayed one thread after another; each thread's keep their order, and on one thread
-/// the order is exactly that of a locked LRU. A reader that finds the lock held or its buffer full,
-/// or a ninth thread, takes the lock itself. The LRU links are kept apart from what lookups read, so
-/// replaying reads writes no line that other cores' lookups need. Reads of a shard by different
-/// threads thus write nothing that the others read, except, for get, the value's reference count.
+/// operation that changes entries first keeps new readers out, waits for the flags to drop, then
+/// replays the buffered reads, so that evictions always see every read. Reads by different threads
+/// since the shard's last such operation are replayed one thread after another; each thread's keep
+/// their order, and on one thread the order is exactly that of a locked LRU. A reader whose buffer is
+/// full replays it under the writers' lock alone, while other threads go on reading; a reader that
+/// meets a writer waits for it to leave and reads again; an expired entry, or a ninth thread, takes
+/// the lock. The LRU links are kept apart from what lookups read, so replaying reads writes no line
+/// that other cores' lookups need. Reads of a shard by different threads thus write nothing that the
+/// others read, except, for get, the value's reference count.
 ///
 /// Values are handed out as std::shared_ptr<const V>. A reader's value then stays valid after it is
 /// evicted, replaced or cleared, and even after the cache is gone, with no pin to release and no
@@ -220,7 +218,7 @@ class lru_cache {
   pointer get(const Key& key) {
     shard& s = shard_for(key);
     pointer hit;
-    if (read_unlocked(s, key, [&](const entry& e) { hit = e.value; })) [[likely]]
+    if (read_fast(s, key, [&](const entry& e) { hit = e.value; })) [[likely]]
       return hit;
     return get_locked(s, key);
   }
@@ -244,7 +242,7 @@ class lru_cache {
       } r;
       std::invoke(fn, v);
     };
-    if (read_unlocked(s, key, [&](const entry& e) { call(*e.value); })) [[likely]]
+    if (read_fast(s, key, [&](const entry& e) { call(*e.value); })) [[likely]]
       return found;
     // The slow path holds the value by its count, so fn runs after the lock is released.
     const pointer p = get_locked(s, key);
@@ -487,39 +485,70 @@ class lru_cache {
 
   static constexpr std::uint32_t read_buffer_size = 15;
 
-  struct read_record {
-    std::uint64_t key_low;  // for the admission sketch
-    std::uint32_t slot;     // nil for a miss
+  // A buffered read: the slot found (nil for a miss) and, for the admission sketch, the key's low bits.
+  struct keyed_record {
+    std::uint64_t key_low;
+    std::uint32_t slot;
   };
+  struct slot_record {
+    std::uint32_t slot;
+  };
+  using read_record = std::conditional_t<tinylfu, keyed_record, slot_record>;
 
   // One reader slot's buffered reads of one shard, on cache lines of its own: only the thread that
   // holds the slot appends, and only the holder of the shard's lock, once `reading` is false, empties.
+  // For plain LRU a record is the 4-byte slot, and the flag, count and 15 records fill one 64-byte
+  // line, so that a writer replaying another core's reads moves one line between the cores.
   struct alignas(64) read_stripe {
     std::atomic<bool> reading{false};
-    std::atomic<std::uint32_t> count{0};
+    std::atomic<std::uint8_t> count{0};
     read_record records[read_buffer_size];
   };
+  static_assert(tinylfu || sizeof(read_stripe) == 64, "a plain LRU read stripe must fill one cache line");
 
-  // Aligned so that two shards' locks never share a cache line.
+  // Two locks guard a shard. `mutex` orders the writers: whoever changes the LRU order, counters or
+  // entries holds it. `excluding` keeps lookups out: a writer about to change entries or the index
+  // raises it and waits for the readers' flags to drop. It forms a Dekker pair with each stripe's
+  // `reading` flag (a reader raises its flag, then looks at `excluding`; a writer raises `excluding`,
+  // then looks at the flags; all four sequentially consistent), so that one always sees the other.
+  // Replaying a thread's own reads when its buffer fills changes only the LRU order, which lookups
+  // never read, so it takes `mutex` alone and leaves the other cores' lookups running.
+  //
+  // The first cache line holds what a lookup without the lock reads: `excluding` and views of the slab
+  // and index, which change only while `excluding` is up with no reader inside. Writers' state,
+  // `mutex` and the fields every put changes first, starts on the next line, so that a put dirties
+  // one line the other cores' lookups read and few that the next writer must fetch.
   struct alignas(64) shard {
-    detail::spin_lock mutex;
-    std::vector<entry> slab;
-    std::vector<lru_link> links;  // parallel to slab
-    std::vector<std::uint32_t> buckets;
+    std::atomic<bool> excluding{false};
+    std::uint32_t bucket_mask = 0;
+    const entry* slab_at = nullptr;
+    const std::uint32_t* buckets_at = nullptr;
+
+    alignas(64) detail::spin_lock mutex;
     std::uint32_t free_head = nil;
-    segment_list seg[3];
     std::size_t count = 0;
     std::size_t bytes = 0;
+    segment_list seg[3];
+    counters c;
     std::size_t max_count = 0;
     std::size_t max_bytes = 0;
     std::size_t window_max = 0;
     std::size_t main_max = 0;
     std::size_t protected_max = 0;
-    counters c;
+    std::vector<entry> slab;
+    std::vector<lru_link> links;  // parallel to slab
+    std::vector<std::uint32_t> buckets;
     std::unordered_map<Key, std::shared_future<pointer>> flights;
     [[no_unique_address]] sketch_type sketch;
     read_stripe stripes[detail::reader_slots];
   };
+
+  // After the slab or the index moves; under the lock with no reader inside.
+  static void refresh_views(shard& s) noexcept {
+    s.slab_at = s.slab.data();
+    s.buckets_at = s.buckets.data();
+    s.bucket_mask = static_cast<std::uint32_t>(s.buckets.size() - 1);
+  }
 
   // Holds a shard alone: its lock taken, no reader inside, the buffered reads replayed.
   class exclusive_lock {
@@ -528,10 +557,10 @@ class lru_cache {
     exclusive_lock(const exclusive_lock&) = delete;
     exclusive_lock& operator=(const exclusive_lock&) = delete;
     ~exclusive_lock() {
-      if (s_ != nullptr) s_->mutex.unlock();
+      if (s_ != nullptr) release(*s_);
     }
     void unlock() noexcept {
-      s_->mutex.unlock();
+      release(*s_);
       s_ = nullptr;
     }
 
@@ -546,36 +575,81 @@ class lru_cache {
           "value out and call the cache after visit returns");
   }
 
-  // The read without the lock: true once done (hit or miss, with on_hit(entry) called on a hit while
-  // the read flag holds the entry), false when the caller must take the lock: a writer holds the
-  // shard, the buffer is full, the entry has expired, or this thread has no reader slot.
+  static void release(shard& s) noexcept {
+    s.excluding.store(false, std::memory_order_release);
+    s.mutex.unlock();
+  }
+
+  enum class unlocked_read {
+    done,         // hit or miss, recorded
+    buffer_full,  // this thread's buffer must be replayed first
+    excluded,     // a writer holds the shard
+    take_lock,    // the entry has expired, or this thread has no reader slot
+  };
+
+  // The read without the lock; on_hit(entry) is called on a hit while the read flag holds the entry.
   template <class OnHit>
-  bool read_unlocked(shard& s, const Key& key, OnHit&& on_hit) const {
+  unlocked_read read_unlocked(shard& s, const Key& key, OnHit&& on_hit) const {
     check_not_in_visit();
     const unsigned slot = detail::reader_slot::mine();
     if (slot >= detail::reader_slots) [[unlikely]]
-      return false;
+      return unlocked_read::take_lock;
     read_stripe& st = s.stripes[slot];
     st.reading.store(true, std::memory_order_seq_cst);
     struct lower {
       read_stripe& st;
       ~lower() { st.reading.store(false, std::memory_order_release); }
     } flag{st};
-    // Once the lock is seen free, no writer is past its wait for readers, and none can get past it
+    // Once `excluding` is seen down, no writer is past its wait for readers, and none can get past it
     // before this one lowers its flag.
-    if (s.mutex.is_locked()) [[unlikely]]
-      return false;
+    if (s.excluding.load(std::memory_order_seq_cst)) [[unlikely]]
+      return unlocked_read::excluded;
     const std::uint32_t at = st.count.load(std::memory_order_relaxed);
     if (at >= read_buffer_size) [[unlikely]]
-      return false;
+      return unlocked_read::buffer_full;
     const std::uint32_t i = find(s, key);
-    const entry* e = i == nil ? nullptr : &s.slab[i];
+    const entry* e = i == nil ? nullptr : &s.slab_at[i];
     if (e != nullptr && e->expiry != 0 && now_ticks() >= e->expiry) [[unlikely]]
-      return false;
-    st.records[at] = read_record{detail::key_low(key), i};
-    st.count.store(at + 1, std::memory_order_relaxed);
+      return unlocked_read::take_lock;
+    if constexpr (tinylfu) {
+      st.records[at] = read_record{detail::key_low(key), i};
+    } else {
+      st.records[at] = read_record{i};
+    }
+    st.count.store(static_cast<std::uint8_t>(at + 1), std::memory_order_relaxed);
     if (e != nullptr) on_hit(*e);
-    return true;
+    return unlocked_read::done;
+  }
+
+  // read_unlocked, again after replaying this thread's full buffer or after a writer leaves the
+  // shard; false when the caller must take the lock. A reader that meets a writer waits for it rather
+  // than take the lock itself: on a hot shard, readers that turned writers would keep each other out.
+  template <class OnHit>
+  bool read_fast(shard& s, const Key& key, OnHit&& on_hit) const {
+    for (int attempt = 0; attempt < 4; ++attempt) {
+      switch (read_unlocked(s, key, on_hit)) {
+        case unlocked_read::done:
+          return true;
+        case unlocked_read::buffer_full:
+          replay_mine(s);
+          break;
+        case unlocked_read::excluded:
+          for (unsigned spins = 0; s.excluding.load(std::memory_order_relaxed); ++spins) detail::spin_pause(spins);
+          break;
+        case unlocked_read::take_lock:
+          return false;
+      }
+    }
+    return false;
+  }
+
+  // Replays this thread's buffered reads of s under the writers' lock alone: this changes only the
+  // LRU order and counters, which lookups never read, so other threads' lookups go on meanwhile.
+  // Called with this thread's flag down, so nothing appends to the stripe.
+  void replay_mine(shard& s) const {
+    s.mutex.lock();
+    replay_stripe(s, s.stripes[detail::reader_slot::mine()]);
+    s.mutex.unlock();
   }
 
   pointer get_locked(shard& s, const Key& key) {
@@ -591,6 +665,7 @@ class lru_cache {
   void acquire(shard& s) const {
     check_not_in_visit();
     s.mutex.lock();
+    s.excluding.store(true, std::memory_order_seq_cst);
     for (read_stripe& st : s.stripes) {
       for (unsigned spins = 0; st.reading.load(std::memory_order_seq_cst); ++spins) detail::spin_pause(spins);
     }
@@ -602,20 +677,22 @@ class lru_cache {
   // after another: they overlapped in time, as far as the cache can tell, so any order is one the
   // threads could have run in.
   void replay_reads(shard& s) const {
-    for (read_stripe& st : s.stripes) {
-      const std::uint32_t n = st.count.load(std::memory_order_relaxed);
-      for (std::uint32_t j = 0; j < n; ++j) {
-        const read_record r = st.records[j];
-        if constexpr (tinylfu) s.sketch.increment(r.key_low);
-        if (r.slot == nil) {
-          ++s.c.misses;
-        } else {
-          ++s.c.hits;
-          touch(s, r.slot);
-        }
+    for (read_stripe& st : s.stripes) replay_stripe(s, st);
+  }
+
+  void replay_stripe(shard& s, read_stripe& st) const {
+    const std::uint32_t n = st.count.load(std::memory_order_relaxed);
+    for (std::uint32_t j = 0; j < n; ++j) {
+      const read_record r = st.records[j];
+      if constexpr (tinylfu) s.sketch.increment(r.key_low);
+      if (r.slot == nil) {
+        ++s.c.misses;
+      } else {
+        ++s.c.hits;
+        touch(s, r.slot);
       }
-      if (n != 0) st.count.store(0, std::memory_order_relaxed);
     }
+    if (n != 0) st.count.store(0, std::memory_order_relaxed);
   }
 
   struct evicted {
@@ -695,6 +772,7 @@ class lru_cache {
     s.max_count = share(opts_.max_entries);
     s.max_bytes = share(opts_.max_bytes);
     s.buckets.assign(s.max_count != 0 ? std::bit_ceil(s.max_count + 1) : 16, nil);
+    refresh_views(s);
     if constexpr (tinylfu) {
       const std::size_t capacity = s.max_count != 0 ? s.max_count : s.max_bytes;
       s.window_max = std::max<std::size_t>(1, capacity * Admission::window_percent / 100);
@@ -735,12 +813,12 @@ class lru_cache {
   }
 
   static std::size_t bucket_of(const shard& s, const Key& key) noexcept {
-    return static_cast<std::size_t>(detail::key_low(key)) & (s.buckets.size() - 1);
+    return static_cast<std::size_t>(detail::key_low(key)) & s.bucket_mask;
   }
 
   static std::uint32_t find(const shard& s, const Key& key) noexcept {
-    std::uint32_t i = s.buckets[bucket_of(s, key)];
-    while (i != nil && !(s.slab[i].key == key)) i = s.slab[i].chain;
+    std::uint32_t i = s.buckets_at[bucket_of(s, key)];
+    while (i != nil && !(s.slab_at[i].key == key)) i = s.slab_at[i].chain;
     return i;
   }
 
@@ -792,6 +870,7 @@ class lru_cache {
       if (s.max_count != 0) want = std::min(want, s.max_count + 1);
       s.slab.reserve(want);
       s.links.reserve(want);
+      refresh_views(s);
     }
     s.slab.emplace_back();
     s.links.emplace_back();
@@ -801,6 +880,7 @@ class lru_cache {
   void grow_index(shard& s) {
     std::vector<std::uint32_t> buckets(2 * s.buckets.size(), nil);
     s.buckets.swap(buckets);
+    refresh_views(s);
     for (std::uint32_t i = 0; i < s.slab.size(); ++i) {
       entry& e = s.slab[i];
       if (!e.value) continue;
