@@ -1,6 +1,6 @@
 // The result cache against a locked unordered_map + list LRU and oneTBB's concurrent_lru_cache, in
-// one binary: hits, misses with insert, a 90/10 read/write Zipf(0.99) mix at 1 and 2 threads,
-// metadata bytes per entry, and hash_key against raw XXH3-128.
+// one binary: hits, misses with insert, a 90/10 read/write Zipf(0.99) mix and the same reads without
+// the writes at 1 and 2 threads, metadata bytes per entry, and hash_key against raw XXH3-128.
 
 #include <benchmark/benchmark.h>
 #include <malloc.h>
@@ -116,15 +116,18 @@ const std::vector<std::uint32_t>& zipf_order() {
   return order;
 }
 
-// The timed loop of the mix: thread t starts at its own offset in the shared Zipf order.
-template <read_with R, class C>
+// The timed loop of the mix: thread t starts at its own offset in the shared Zipf order. One
+// operation in `put_every` is a put (0: none, reads only).
+template <read_with R, class C, unsigned put_every = 10>
 void run_mix(benchmark::State& state, C& c) {
   std::size_t i = static_cast<std::size_t>(state.thread_index()) * 977'123;
   std::uint64_t writes = 0;
   const auto& order = zipf_order();
   for (auto _ : state) {
     const auto& key = keys(0)[order[i & (order.size() - 1)]];
-    if (i++ % 10 == 9) {
+    const bool put = put_every != 0 && i % put_every == put_every - 1;
+    ++i;
+    if (put) {
       c.put(key, ++writes);
     } else if constexpr (R == read_with::visit) {
       c.visit(key, [](const value& v) { benchmark::DoNotOptimize(v); });
@@ -148,15 +151,15 @@ void mix_setup(const benchmark::State&) {
   keys(mix_keys);
 }
 
-template <class C, read_with R = read_with::get>
+template <class C, read_with R = read_with::get, unsigned put_every = 10>
 void BM_mix(benchmark::State& state) {
-  run_mix<R>(state, *mix_cache<C>);
+  run_mix<R, C, put_every>(state, *mix_cache<C>);
 }
 
 // The same mix with one private cache per thread: nothing is shared, so its 2-thread/1-thread ratio
 // is what this machine allows for this work (memory bandwidth, core frequency, the hypervisor), the
 // ceiling against which the shared caches' scaling is read.
-template <class C>
+template <class C, read_with R = read_with::get>
 void BM_mix_private(benchmark::State& state) {
   static std::vector<std::unique_ptr<C>> caches(8);
   static const bool ready = (keys(mix_keys), zipf_order(), true);  // thread-safe static init
@@ -167,7 +170,7 @@ void BM_mix_private(benchmark::State& state) {
     const auto& k = keys(0);
     for (std::size_t j = 0; j < mix_capacity; ++j) caches[t]->put(k[j], j);
   }
-  run_mix<read_with::get>(state, *caches[t]);
+  run_mix<R>(state, *caches[t]);
 }
 
 // Heap bytes per entry beyond the value itself, from malloc's own count: a full cache of a million
@@ -237,8 +240,32 @@ BENCHMARK(BM_mix<frugal_lru, read_with::visit>)
     ->Threads(1)
     ->Threads(2)
     ->UseRealTime();
+// The same Zipf(0.99) reads with no puts: how the read path alone scales.
+BENCHMARK(BM_mix<frugal_lru, read_with::get, 0>)
+    ->Name("reads_zipf0.99/frugal_lru")
+    ->Setup(mix_setup<frugal_lru>)
+    ->Threads(1)
+    ->Threads(2)
+    ->UseRealTime();
+BENCHMARK(BM_mix<frugal_lru, read_with::visit, 0>)
+    ->Name("reads_zipf0.99/frugal_lru_visit")
+    ->Setup(mix_setup<frugal_lru>)
+    ->Threads(1)
+    ->Threads(2)
+    ->UseRealTime();
+BENCHMARK(BM_mix<reference, read_with::get, 0>)
+    ->Name("reads_zipf0.99/reference_map_list_mutex")
+    ->Setup(mix_setup<reference>)
+    ->Threads(1)
+    ->Threads(2)
+    ->UseRealTime();
 BENCHMARK(BM_mix_private<frugal_lru>)
     ->Name("mix90_10_zipf0.99/frugal_lru_private_per_thread")
+    ->Threads(1)
+    ->Threads(2)
+    ->UseRealTime();
+BENCHMARK(BM_mix_private<frugal_lru, read_with::visit>)
+    ->Name("mix90_10_zipf0.99/frugal_lru_visit_private_per_thread")
     ->Threads(1)
     ->Threads(2)
     ->UseRealTime();
