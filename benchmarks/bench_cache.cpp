@@ -108,21 +108,22 @@ void BM_miss_insert(benchmark::State& state) {
 constexpr std::size_t mix_keys = 1 << 20;
 constexpr std::size_t mix_capacity = 100'000;
 
+template <std::size_t key_space = mix_keys>
 const std::vector<std::uint32_t>& zipf_order() {
   static const std::vector<std::uint32_t> order = [] {
-    const auto t = cache_traces::zipf(mix_keys, std::size_t{1} << 21, 0.99, 5);
+    const auto t = cache_traces::zipf(key_space, std::size_t{1} << 21, 0.99, 5);
     return std::vector<std::uint32_t>(t.begin(), t.end());
   }();
   return order;
 }
 
-// The timed loop of the mix: thread t starts at its own offset in the shared Zipf order. One
-// operation in `put_every` is a put (0: none, reads only).
-template <read_with R, class C, unsigned put_every = 10>
+// The timed loop of the mix: thread t starts at its own offset in the shared Zipf order over
+// key_space keys. One operation in `put_every` is a put (0: none, reads only).
+template <read_with R, class C, unsigned put_every = 10, std::size_t key_space = mix_keys>
 void run_mix(benchmark::State& state, C& c) {
   std::size_t i = static_cast<std::size_t>(state.thread_index()) * 977'123;
   std::uint64_t writes = 0;
-  const auto& order = zipf_order();
+  const auto& order = zipf_order<key_space>();
   for (auto _ : state) {
     const auto& key = keys(0)[order[i & (order.size() - 1)]];
     const bool put = put_every != 0 && i % put_every == put_every - 1;
@@ -154,6 +155,29 @@ void mix_setup(const benchmark::State&) {
 template <class C, read_with R = read_with::get, unsigned put_every = 10>
 void BM_mix(benchmark::State& state) {
   run_mix<R, C, put_every>(state, *mix_cache<C>);
+}
+
+// The mix in the manner of Caffeine's benchmark: Zipf(0.99) over 1024 keys that are all cached, so
+// every read hits and every put replaces a hot value. Two threads then meet on the same few entries
+// all the time: the worst case for a shared exact LRU.
+constexpr std::size_t hot_keys = 1024;
+
+template <class C>
+std::unique_ptr<C> hot_cache;
+
+template <class C>
+void hot_setup(const benchmark::State&) {
+  if (!hot_cache<C>) {
+    hot_cache<C> = make_cache<C>(4 * hot_keys);
+    const auto& k = keys(mix_keys);
+    for (std::size_t j = 0; j < hot_keys; ++j) hot_cache<C>->put(k[j], j);
+  }
+  zipf_order<hot_keys>();
+}
+
+template <class C, read_with R = read_with::get>
+void BM_mix_hot(benchmark::State& state) {
+  run_mix<R, C, 10, hot_keys>(state, *hot_cache<C>);
 }
 
 // The same mix with one private cache per thread: nothing is shared, so its 2-thread/1-thread ratio
@@ -221,6 +245,9 @@ void BM_xxh3_128_raw(benchmark::State& state) {
 
 }  // namespace
 
+// The concurrent benchmarks run at 1 and 2 threads, timed by the wall clock.
+static void one_and_two_threads(benchmark::internal::Benchmark* b) { b->Threads(1)->Threads(2)->UseRealTime(); }
+
 BENCHMARK(BM_hit<frugal_lru>)->Name("hit/frugal_lru")->Arg(10'000)->Arg(1'000'000);
 BENCHMARK(BM_hit<frugal_lru, read_with::visit>)->Name("hit/frugal_lru_visit")->Arg(10'000)->Arg(1'000'000);
 BENCHMARK(BM_hit<frugal_tinylfu>)->Name("hit/frugal_tinylfu")->Arg(10'000)->Arg(1'000'000);
@@ -231,61 +258,53 @@ BENCHMARK(BM_miss_insert<reference>)->Name("miss_insert/reference_map_list_mutex
 BENCHMARK(BM_mix<frugal_lru>)
     ->Name("mix90_10_zipf0.99/frugal_lru")
     ->Setup(mix_setup<frugal_lru>)
-    ->Threads(1)
-    ->Threads(2)
-    ->UseRealTime();
+    ->Apply(one_and_two_threads);
 BENCHMARK(BM_mix<frugal_lru, read_with::visit>)
     ->Name("mix90_10_zipf0.99/frugal_lru_visit")
     ->Setup(mix_setup<frugal_lru>)
-    ->Threads(1)
-    ->Threads(2)
-    ->UseRealTime();
+    ->Apply(one_and_two_threads);
 // The same Zipf(0.99) reads with no puts: how the read path alone scales.
 BENCHMARK(BM_mix<frugal_lru, read_with::get, 0>)
     ->Name("reads_zipf0.99/frugal_lru")
     ->Setup(mix_setup<frugal_lru>)
-    ->Threads(1)
-    ->Threads(2)
-    ->UseRealTime();
+    ->Apply(one_and_two_threads);
 BENCHMARK(BM_mix<frugal_lru, read_with::visit, 0>)
     ->Name("reads_zipf0.99/frugal_lru_visit")
     ->Setup(mix_setup<frugal_lru>)
-    ->Threads(1)
-    ->Threads(2)
-    ->UseRealTime();
+    ->Apply(one_and_two_threads);
 BENCHMARK(BM_mix<reference, read_with::get, 0>)
     ->Name("reads_zipf0.99/reference_map_list_mutex")
     ->Setup(mix_setup<reference>)
-    ->Threads(1)
-    ->Threads(2)
-    ->UseRealTime();
+    ->Apply(one_and_two_threads);
+BENCHMARK(BM_mix_hot<frugal_lru>)
+    ->Name("mix90_10_zipf0.99_1k_keys/frugal_lru")
+    ->Setup(hot_setup<frugal_lru>)
+    ->Apply(one_and_two_threads);
+BENCHMARK(BM_mix_hot<frugal_lru, read_with::visit>)
+    ->Name("mix90_10_zipf0.99_1k_keys/frugal_lru_visit")
+    ->Setup(hot_setup<frugal_lru>)
+    ->Apply(one_and_two_threads);
+BENCHMARK(BM_mix_hot<reference>)
+    ->Name("mix90_10_zipf0.99_1k_keys/reference_map_list_mutex")
+    ->Setup(hot_setup<reference>)
+    ->Apply(one_and_two_threads);
 BENCHMARK(BM_mix_private<frugal_lru>)
     ->Name("mix90_10_zipf0.99/frugal_lru_private_per_thread")
-    ->Threads(1)
-    ->Threads(2)
-    ->UseRealTime();
+    ->Apply(one_and_two_threads);
 BENCHMARK(BM_mix_private<frugal_lru, read_with::visit>)
     ->Name("mix90_10_zipf0.99/frugal_lru_visit_private_per_thread")
-    ->Threads(1)
-    ->Threads(2)
-    ->UseRealTime();
+    ->Apply(one_and_two_threads);
 BENCHMARK(BM_mix_private<reference>)
     ->Name("mix90_10_zipf0.99/reference_private_per_thread")
-    ->Threads(1)
-    ->Threads(2)
-    ->UseRealTime();
+    ->Apply(one_and_two_threads);
 BENCHMARK(BM_mix<frugal_tinylfu>)
     ->Name("mix90_10_zipf0.99/frugal_tinylfu")
     ->Setup(mix_setup<frugal_tinylfu>)
-    ->Threads(1)
-    ->Threads(2)
-    ->UseRealTime();
+    ->Apply(one_and_two_threads);
 BENCHMARK(BM_mix<reference>)
     ->Name("mix90_10_zipf0.99/reference_map_list_mutex")
     ->Setup(mix_setup<reference>)
-    ->Threads(1)
-    ->Threads(2)
-    ->UseRealTime();
+    ->Apply(one_and_two_threads);
 #ifdef FRUGAL_BENCH_HAVE_TBB
 using tbb_cache = cache_bench::tbb_lru<value>;
 BENCHMARK(BM_hit<tbb_cache>)->Name("hit/tbb_concurrent_lru_cache")->Arg(10'000)->Arg(1'000'000);
@@ -293,9 +312,7 @@ BENCHMARK(BM_miss_insert<tbb_cache>)->Name("miss_insert/tbb_concurrent_lru_cache
 BENCHMARK(BM_mix<tbb_cache>)
     ->Name("mix90_10_zipf0.99/tbb_concurrent_lru_cache")
     ->Setup(mix_setup<tbb_cache>)
-    ->Threads(1)
-    ->Threads(2)
-    ->UseRealTime();
+    ->Apply(one_and_two_threads);
 BENCHMARK(BM_metadata<tbb_cache>)->Name("metadata/tbb_concurrent_lru_cache")->Iterations(1);
 #endif
 BENCHMARK(BM_metadata<frugal_lru>)->Name("metadata/frugal_lru")->Iterations(1);

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The result cache's 2-thread / 1-thread throughput on the 90/10 Zipf(0.99) mix (and on the same
-# reads without the writes), over several runs
+# reads without the writes, and on the mix over 1024 cached keys), over several runs
 # of bench_cache. On a shared VM one run says little: each run interleaves the repetitions of all the
 # variants at random (so that drift in the machine's speed falls on all of them alike), each variant's
 # ratio is taken from its medians, and the last lines give the median, lowest and highest ratio over
@@ -13,7 +13,7 @@ bench=${1:-build/cache-rel/benchmarks/bench_cache}
 runs=${2:-6}
 [[ -x "$bench" ]] || { echo "scaling.sh: no executable bench_cache at '$bench'" >&2; exit 2; }
 [[ "$runs" =~ ^[1-9][0-9]*$ ]] || { echo "scaling.sh: runs must be a positive integer, got '$runs'" >&2; exit 2; }
-filter='(mix90_10|reads)_zipf0.99/(frugal_lru|frugal_lru_visit|frugal_lru_private_per_thread|frugal_lru_visit_private_per_thread|reference_map_list_mutex)/'
+filter='(mix90_10|reads)_zipf0.99(_1k_keys)?/(frugal_lru|frugal_lru_visit|frugal_lru_private_per_thread|frugal_lru_visit_private_per_thread|reference_map_list_mutex)/'
 all=$(mktemp)
 trap 'rm -f "$all"' EXIT
 for ((r = 1; r <= runs; ++r)); do
@@ -21,7 +21,7 @@ for ((r = 1; r <= runs; ++r)); do
     --benchmark_enable_random_interleaving=true --benchmark_report_aggregates_only=true \
     --benchmark_format=csv 2>/dev/null |
     awk -F, -v run="$r" '$1 ~ /_median"$/ {
-      name = $1; gsub(/"/, "", name); sub(/^mix90_10_zipf0\.99\//, "mix/", name); sub(/^reads_zipf0\.99\//, "reads/", name); sub(/\/real_time/, "", name)
+      name = $1; gsub(/"/, "", name); sub(/^mix90_10_zipf0\.99_1k_keys\//, "mix_1k_keys/", name); sub(/^mix90_10_zipf0\.99\//, "mix/", name); sub(/^reads_zipf0\.99\//, "reads/", name); sub(/\/real_time/, "", name)
       split(name, p, "/threads:"); t = p[2]; sub(/_median$/, "", t)
       print run, p[1], t, $3, $7 }' >>"$all"
 done
