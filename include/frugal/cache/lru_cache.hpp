@@ -53,9 +53,6 @@ class spin_lock {
       for (unsigned spins = 0; locked_.load(std::memory_order_relaxed); ++spins) spin_pause(spins);
     }
   }
-  bool try_lock() noexcept {
-    return !locked_.load(std::memory_order_relaxed) && !locked_.exchange(true, std::memory_order_seq_cst);
-  }
   void unlock() noexcept { locked_.store(false, std::memory_order_release); }
 
  private:
@@ -496,7 +493,8 @@ class lru_cache {
   using read_record = std::conditional_t<tinylfu, keyed_record, slot_record>;
 
   // One reader slot's buffered reads of one shard, on cache lines of its own: only the thread that
-  // holds the slot appends, and only the holder of the shard's lock, once `reading` is false, empties.
+  // holds the slot appends, and only a holder of the writers' lock empties it: a writer once `reading`
+  // is false, or the slot's own thread, between its reads.
   // For plain LRU a record is the 4-byte slot, and the flag, count and 15 records fill one 64-byte
   // line, so that a writer replaying another core's reads moves one line between the cores.
   struct alignas(64) read_stripe {
