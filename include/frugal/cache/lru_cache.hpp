@@ -469,10 +469,10 @@ class lru_cache {
     std::size_t cost = 0;
   };
 
+  // The five that puts and replays change come first: they share the writers' first line.
   struct counters {
-    std::uint64_t hits = 0, misses = 0, puts = 0, evictions_size = 0, evictions_expired = 0,
-                  evictions_explicit = 0, replacements = 0, rejected_oversize = 0, loads = 0, load_waits = 0,
-                  load_failures = 0;
+    std::uint64_t hits = 0, misses = 0, puts = 0, replacements = 0, evictions_size = 0, evictions_expired = 0,
+                  evictions_explicit = 0, rejected_oversize = 0, loads = 0, load_waits = 0, load_failures = 0;
   };
 
   struct no_sketch {
@@ -526,8 +526,8 @@ class lru_cache {
     std::uint32_t free_head = nil;
     std::size_t count = 0;
     std::size_t bytes = 0;
-    segment_list seg[3];
     counters c;
+    segment_list seg[3];  // LRU uses seg[0], which ends the writers' second line
     std::size_t max_count = 0;
     std::size_t max_bytes = 0;
     std::size_t window_max = 0;
