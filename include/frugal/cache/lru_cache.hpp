@@ -44,13 +44,18 @@ inline void spin_pause(unsigned spins) noexcept {
   }
 }
 
+// Waits, spinning and then yielding, until flag reads false.
+inline void spin_while_set(const std::atomic<bool>& flag, std::memory_order order) noexcept {
+  for (unsigned spins = 0; flag.load(order); ++spins) spin_pause(spins);
+}
+
 // A shard's writers' lock. Critical sections are a few dozen instructions, so a test-and-set lock
 // beats std::mutex: the release is a plain store, not a second atomic read-modify-write and call.
 class spin_lock {
  public:
   void lock() noexcept {
     while (locked_.exchange(true, std::memory_order_seq_cst)) {
-      for (unsigned spins = 0; locked_.load(std::memory_order_relaxed); ++spins) spin_pause(spins);
+      spin_while_set(locked_, std::memory_order_relaxed);
     }
   }
   void unlock() noexcept { locked_.store(false, std::memory_order_release); }
@@ -168,8 +173,9 @@ struct cache_stats {
 /// full replays it under the writers' lock alone, while other threads go on reading; a reader that
 /// meets a writer waits for it to leave and reads again; an expired entry, or a ninth thread, takes
 /// the lock. The LRU links are kept apart from what lookups read, so replaying reads writes no line
-/// that other cores' lookups need. Reads of a shard by different threads thus write nothing that the
-/// others read, except, for get, the value's reference count.
+/// that other cores' lookups need (with W-TinyLFU, an entry that changes segment also has its weight
+/// word rewritten, on the entry's line). Reads of a shard by different threads thus write nothing that
+/// the others read, except, for get, the value's reference count.
 ///
 /// Values are handed out as std::shared_ptr<const V>. A reader's value then stays valid after it is
 /// evicted, replaced or cleared, and even after the cache is gone, with no pin to release and no
@@ -632,7 +638,7 @@ class lru_cache {
           replay_mine(s);
           break;
         case unlocked_read::excluded:
-          for (unsigned spins = 0; s.excluding.load(std::memory_order_relaxed); ++spins) detail::spin_pause(spins);
+          detail::spin_while_set(s.excluding, std::memory_order_relaxed);
           break;
         case unlocked_read::take_lock:
           return false;
@@ -665,7 +671,7 @@ class lru_cache {
     s.mutex.lock();
     s.excluding.store(true, std::memory_order_seq_cst);
     for (read_stripe& st : s.stripes) {
-      for (unsigned spins = 0; st.reading.load(std::memory_order_seq_cst); ++spins) detail::spin_pause(spins);
+      detail::spin_while_set(st.reading, std::memory_order_seq_cst);
     }
     replay_reads(s);
   }
