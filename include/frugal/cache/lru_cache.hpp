@@ -27,6 +27,19 @@
 #include "frugal/cache/weigher.hpp"
 #include "frugal/config.hpp"
 
+// Whether ThreadSanitizer instruments this build (GCC defines __SANITIZE_THREAD__, Clang has the
+// feature test); it does not model std::atomic_thread_fence.
+#if defined(__SANITIZE_THREAD__)
+#  define FRUGAL_CACHE_TSAN 1
+#elif defined(__has_feature)
+#  if __has_feature(thread_sanitizer)
+#    define FRUGAL_CACHE_TSAN 1
+#  endif
+#endif
+#ifndef FRUGAL_CACHE_TSAN
+#  define FRUGAL_CACHE_TSAN 0
+#endif
+
 FRUGAL_BEGIN_NAMESPACE
 
 namespace detail {
@@ -164,7 +177,7 @@ struct cache_stats {
 ///
 /// get does not take the shard's lock, in the manner of Caffeine's read buffers. Each of the first
 /// eight threads to read holds a reader slot (until it exits) and owns one stripe in every shard. A
-/// reader raises its stripe's flag, checks that no writer is excluding readers, looks the key up, and
+/// reader raises its stripe's flag, checks that no writer has excluded readers, looks the key up, and
 /// appends the slot it found to its stripe's buffer of 15 instead of relinking the LRU list. Every
 /// operation that changes entries first keeps new readers out, waits for the flags to drop, then
 /// replays the buffered reads, so that evictions always see every read. Reads by different threads
@@ -403,8 +416,8 @@ class lru_cache {
     for (std::size_t si = 0; si < shard_count_; ++si) {
       shard& s = shards_[si];
       exclusive_lock lock(*this, s);
-      st.hits += s.c.hits;
-      st.misses += s.c.misses;
+      st.hits += s.hits;
+      st.misses += s.misses;
       st.puts += s.c.puts;
       st.evictions_size += s.c.evictions_size;
       st.evictions_expired += s.c.evictions_expired;
@@ -475,10 +488,10 @@ class lru_cache {
     std::size_t cost = 0;
   };
 
-  // The five that puts and replays change come first: they share the writers' first line.
+  // Hits and misses are kept apart, on the writers' first line; the three that puts change come first.
   struct counters {
-    std::uint64_t hits = 0, misses = 0, puts = 0, replacements = 0, evictions_size = 0, evictions_expired = 0,
-                  evictions_explicit = 0, rejected_oversize = 0, loads = 0, load_waits = 0, load_failures = 0;
+    std::uint64_t puts = 0, replacements = 0, evictions_size = 0, evictions_expired = 0, evictions_explicit = 0,
+                  rejected_oversize = 0, loads = 0, load_waits = 0, load_failures = 0;
   };
 
   struct no_sketch {
@@ -504,36 +517,43 @@ class lru_cache {
   // For plain LRU a record is the 4-byte slot, and the flag, count and 15 records fill one 64-byte
   // line, so that a writer replaying another core's reads moves one line between the cores.
   struct alignas(64) read_stripe {
-    std::atomic<bool> reading{false};
+    std::atomic<bool> reading{false};   // raised by the owner while it looks up
+    std::atomic<bool> excluded{false};  // raised by a writer while entries or the index change
     std::atomic<std::uint8_t> count{0};
     read_record records[read_buffer_size];
   };
   static_assert(tinylfu || sizeof(read_stripe) == 64, "a plain LRU read stripe must fill one cache line");
 
   // Two locks guard a shard. `mutex` orders the writers: whoever changes the LRU order, counters or
-  // entries holds it. `excluding` keeps lookups out: a writer about to change entries or the index
-  // raises it and waits for the readers' flags to drop. It forms a Dekker pair with each stripe's
-  // `reading` flag (a reader raises its flag, then looks at `excluding`; a writer raises `excluding`,
-  // then looks at the flags; all four sequentially consistent), so that one always sees the other.
+  // entries holds it. The stripes' `excluded` flags keep lookups out: a writer about to change entries
+  // or the index raises the flag in every stripe and waits for their `reading` flags to drop. Each
+  // stripe's two flags are a Dekker pair (a reader raises `reading`, then looks at `excluded`; a writer
+  // raises `excluded`, then looks at `reading`; sequentially consistent), so that one always sees the
+  // other. Both flags sit on the reader's own line, which it writes anyway: a lookup reads no line
+  // that a put writes, except for the stripe the put must hand back and forth with it.
   // Replaying a thread's own reads when its buffer fills changes only the LRU order, which lookups
   // never read, so it takes `mutex` alone and leaves the other cores' lookups running.
   //
-  // The first cache line holds what a lookup without the lock reads: `excluding` and views of the slab
-  // and index, which change only while `excluding` is up with no reader inside. Writers' state,
-  // `mutex` and the fields every put changes first, starts on the next line, so that a put dirties
-  // one line the other cores' lookups read and few that the next writer must fetch.
+  // The first cache line holds the views of the slab and index that a lookup without the lock reads;
+  // they change only while readers are kept out, when the slab or the index grows. Writers' state,
+  // `mutex` and the fields every put changes first, starts on the next line, so that the readers'
+  // line stays shared by all cores.
   struct alignas(64) shard {
-    std::atomic<bool> excluding{false};
     std::uint32_t bucket_mask = 0;
     const entry* slab_at = nullptr;
     const std::uint32_t* buckets_at = nullptr;
 
+    // What replaying reads changes, for plain LRU all on the writers' first line: a thread that
+    // replays its buffer writes one line of the shard's own besides the LRU links.
     alignas(64) detail::spin_lock mutex;
     std::uint32_t free_head = nil;
+    std::uint64_t hits = 0;
+    std::uint64_t misses = 0;
+    segment_list seg[3];  // LRU uses seg[0]
+    // And the second line, with what puts change besides.
     std::size_t count = 0;
     std::size_t bytes = 0;
     counters c;
-    segment_list seg[3];  // LRU uses seg[0], which ends the writers' second line
     std::size_t max_count = 0;
     std::size_t max_bytes = 0;
     std::size_t window_max = 0;
@@ -580,9 +600,58 @@ class lru_cache {
   }
 
   static void release(shard& s) noexcept {
-    s.excluding.store(false, std::memory_order_release);
+    admit_readers(s);
     s.mutex.unlock();
   }
+
+  // Raises every stripe's `excluded` and waits until no reader is inside; the caller holds the
+  // writers' lock. The flags are stored plainly and ordered before the loads of `reading` by one
+  // sequentially consistent fence (one barrier, not one per stripe). ThreadSanitizer does not model
+  // fences, so under it each store is sequentially consistent instead: the same ordering, slower.
+  static void exclude_readers(shard& s) noexcept {
+#if FRUGAL_CACHE_TSAN
+    for (read_stripe& st : s.stripes) st.excluded.store(true, std::memory_order_seq_cst);
+#else
+    for (read_stripe& st : s.stripes) st.excluded.store(true, std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+#endif
+    for (read_stripe& st : s.stripes) {
+      detail::spin_while_set(st.reading, std::memory_order_acquire);
+    }
+  }
+
+  static void admit_readers(shard& s) noexcept {
+    for (read_stripe& st : s.stripes) st.excluded.store(false, std::memory_order_release);
+  }
+
+  // Holds the writers' lock of a shard, and keeps its readers out only between keep_readers_out and
+  // let_readers_in (or the end of its life): a put that replaces a value keeps them out for the swap
+  // alone, not while it relinks the LRU list.
+  class write_lock {
+   public:
+    explicit write_lock(shard& s) : s_(s) {
+      check_not_in_visit();
+      s_.mutex.lock();
+    }
+    write_lock(const write_lock&) = delete;
+    write_lock& operator=(const write_lock&) = delete;
+    ~write_lock() {
+      if (out_) admit_readers(s_);
+      s_.mutex.unlock();
+    }
+    void keep_readers_out() noexcept {
+      exclude_readers(s_);
+      out_ = true;
+    }
+    void let_readers_in() noexcept {
+      admit_readers(s_);
+      out_ = false;
+    }
+
+   private:
+    shard& s_;
+    bool out_ = false;
+  };
 
   enum class unlocked_read {
     done,         // hit or miss, recorded
@@ -604,9 +673,9 @@ class lru_cache {
       read_stripe& st;
       ~lower() { st.reading.store(false, std::memory_order_release); }
     } flag{st};
-    // Once `excluding` is seen down, no writer is past its wait for readers, and none can get past it
+    // Once `excluded` is seen down, no writer is past its wait for readers, and none can get past it
     // before this one lowers its flag.
-    if (s.excluding.load(std::memory_order_seq_cst)) [[unlikely]]
+    if (st.excluded.load(std::memory_order_seq_cst)) [[unlikely]]
       return unlocked_read::excluded;
     const std::uint32_t at = st.count.load(std::memory_order_relaxed);
     if (at >= read_buffer_size) [[unlikely]]
@@ -638,7 +707,7 @@ class lru_cache {
           replay_mine(s);
           break;
         case unlocked_read::excluded:
-          detail::spin_while_set(s.excluding, std::memory_order_relaxed);
+          detail::spin_while_set(s.stripes[detail::reader_slot::mine()].excluded, std::memory_order_relaxed);
           break;
         case unlocked_read::take_lock:
           return false;
@@ -656,6 +725,12 @@ class lru_cache {
     s.mutex.unlock();
   }
 
+  // As replay_mine, for a caller that holds the writers' lock and may have no reader slot.
+  void replay_mine_locked(shard& s) const {
+    const unsigned slot = detail::reader_slot::mine();
+    if (slot < detail::reader_slots) replay_stripe(s, s.stripes[slot]);
+  }
+
   pointer get_locked(shard& s, const Key& key) {
     pointer expired;
     exclusive_lock lock(*this, s);
@@ -669,10 +744,7 @@ class lru_cache {
   void acquire(shard& s) const {
     check_not_in_visit();
     s.mutex.lock();
-    s.excluding.store(true, std::memory_order_seq_cst);
-    for (read_stripe& st : s.stripes) {
-      detail::spin_while_set(st.reading, std::memory_order_seq_cst);
-    }
+    exclude_readers(s);
     replay_reads(s);
   }
 
@@ -684,19 +756,32 @@ class lru_cache {
     for (read_stripe& st : s.stripes) replay_stripe(s, st);
   }
 
+  // With plain LRU, a read of an entry that the same buffer reads again later is not relinked: moving
+  // it to the front and later to the front again leaves the list as the later move alone does, so the
+  // order stays exact and the hottest entries' links are written once per buffer, not once per read.
   void replay_stripe(shard& s, read_stripe& st) const {
     const std::uint32_t n = st.count.load(std::memory_order_relaxed);
     for (std::uint32_t j = 0; j < n; ++j) {
       const read_record r = st.records[j];
       if constexpr (tinylfu) s.sketch.increment(r.key_low);
       if (r.slot == nil) {
-        ++s.c.misses;
-      } else {
-        ++s.c.hits;
-        touch(s, r.slot);
+        ++s.misses;
+        continue;
       }
+      ++s.hits;
+      if constexpr (!tinylfu) {
+        if (read_again(st, r.slot, j + 1, n)) continue;
+      }
+      touch(s, r.slot);
     }
     if (n != 0) st.count.store(0, std::memory_order_relaxed);
+  }
+
+  static bool read_again(const read_stripe& st, std::uint32_t slot, std::uint32_t from, std::uint32_t n) noexcept {
+    for (std::uint32_t j = from; j < n; ++j) {
+      if (st.records[j].slot == slot) return true;
+    }
+    return false;
   }
 
   struct evicted {
@@ -960,17 +1045,17 @@ class lru_cache {
     record_access(s, key);
     const std::uint32_t i = find(s, key);
     if (i == nil) {
-      ++s.c.misses;
+      ++s.misses;
       return {};
     }
     entry& e = s.slab[i];
     if (e.expiry != 0 && now_ticks() >= e.expiry) [[unlikely]] {
       expired = detach(s, i, eviction_cause::expired);
-      ++s.c.misses;
+      ++s.misses;
       return {};
     }
     touch(s, i);
-    ++s.c.hits;
+    ++s.hits;
     return e.value;
   }
 
@@ -1057,14 +1142,64 @@ class lru_cache {
     return true;
   }
 
+  // Whether make_room would evict or move entries: the limits, or W-TinyLFU's window, overrun.
+  bool needs_room(const shard& s) const noexcept {
+    if constexpr (tinylfu) {
+      if (s.seg[window].cost > s.window_max) return true;
+    }
+    return over_limit(s);
+  }
+
+  // A put of a key already cached, with a value that fits, changes that entry alone: readers are kept
+  // out only while its value and expiry are swapped (what lookups read), and the LRU list is relinked
+  // after they are let in again. The other threads' buffered reads stay buffered, to be replayed when
+  // their own buffers fill or before anything is evicted, so that the put moves no line of theirs;
+  // this thread's own reads are replayed first, which keeps its order exact. Only if the new weight
+  // overruns a limit are all reads replayed and entries evicted, with readers out.
+  void replace_locked(shard& s, write_lock& lock, std::uint32_t i, pointer value, std::size_t w,
+                      std::int64_t expiry, eviction_list& ev) {
+    entry& e = s.slab[i];
+    const std::size_t old_w = e.weight();
+    pointer old;
+    lock.keep_readers_out();
+    old = std::exchange(e.value, std::move(value));
+    e.expiry = expiry;
+    lock.let_readers_in();
+    ++s.c.puts;
+    ++s.c.replacements;
+    ev.push(e.key, std::move(old), eviction_cause::replaced);
+    const std::uint32_t seg = e.segment();
+    unlink(s, i);
+    s.bytes = s.bytes - old_w + w;
+    e.set(w, seg);
+    link_front(s, i, seg);
+    if (needs_room(s)) [[unlikely]] {
+      lock.keep_readers_out();
+      replay_reads(s);
+      make_room(s, i, ev);
+    }
+  }
+
   bool put_pointer(const Key& key, pointer value, std::size_t w, std::chrono::nanoseconds ttl) {
     check_ttl(ttl, "put");
     const std::int64_t expiry = expiry_for(ttl);
     shard& s = shard_for(key);
     eviction_list ev;
-    exclusive_lock lock(*this, s);
-    const bool stored = store_locked(s, key, std::move(value), w, expiry, ev);
-    lock.unlock();
+    bool stored = true;
+    {
+      write_lock lock(s);
+      replay_mine_locked(s);
+      // Under the writers' lock the index cannot change, so the key can be found with readers in.
+      const std::uint32_t i = find(s, key);
+      const bool fits = w <= max_weight && (s.max_bytes == 0 || w <= s.max_bytes);
+      if (i != nil && fits) {
+        replace_locked(s, lock, i, std::move(value), w, expiry, ev);
+      } else {
+        lock.keep_readers_out();
+        replay_reads(s);
+        stored = store_locked(s, key, std::move(value), w, expiry, ev);
+      }
+    }
     notify(ev);
     return stored;
   }
