@@ -179,10 +179,11 @@ struct cache_stats {
 /// eight threads to read holds a reader slot (until it exits) and owns one stripe in every shard. A
 /// reader raises its stripe's flag, checks that no writer has excluded readers, looks the key up, and
 /// appends the slot it found to its stripe's buffer of 15 instead of relinking the LRU list. Every
-/// operation that changes entries first keeps new readers out, waits for the flags to drop, then
-/// replays the buffered reads, so that evictions always see every read. Reads by different threads
-/// since the shard's last such operation are replayed one thread after another; each thread's keep
-/// their order, and on one thread the order is exactly that of a locked LRU. A reader whose buffer is
+/// operation that adds, evicts or removes entries first keeps new readers out, waits for the flags to
+/// drop, then replays all the buffered reads, so that evictions always see every read. A put that
+/// replaces a cached value keeps readers out only while it swaps the value, and replays only its own
+/// thread's reads. Reads by different threads are replayed one thread after another; each thread's
+/// keep their order, and on one thread the order is exactly that of a locked LRU. A reader whose buffer is
 /// full replays it under the writers' lock alone, while other threads go on reading; a reader that
 /// meets a writer waits for it to leave and reads again; an expired entry, or a ninth thread, takes
 /// the lock. The LRU links are kept apart from what lookups read, so replaying reads writes no line
@@ -514,7 +515,7 @@ class lru_cache {
   // One reader slot's buffered reads of one shard, on cache lines of its own: only the thread that
   // holds the slot appends, and only a holder of the writers' lock empties it: a writer once `reading`
   // is false, or the slot's own thread, between its reads.
-  // For plain LRU a record is the 4-byte slot, and the flag, count and 15 records fill one 64-byte
+  // For plain LRU a record is the 4-byte slot, and the two flags, count and 15 records fill one 64-byte
   // line, so that a writer replaying another core's reads moves one line between the cores.
   struct alignas(64) read_stripe {
     std::atomic<bool> reading{false};   // raised by the owner while it looks up
