@@ -419,11 +419,11 @@ class lru_cache {
       exclusive_lock lock(*this, s);
       st.hits += s.hits;
       st.misses += s.misses;
-      st.puts += s.c.puts;
+      st.puts += s.puts;
       st.evictions_size += s.c.evictions_size;
       st.evictions_expired += s.c.evictions_expired;
       st.evictions_explicit += s.c.evictions_explicit;
-      st.replacements += s.c.replacements;
+      st.replacements += s.replacements;
       st.rejected_oversize += s.c.rejected_oversize;
       st.loads += s.c.loads;
       st.load_waits += s.c.load_waits;
@@ -489,10 +489,10 @@ class lru_cache {
     std::size_t cost = 0;
   };
 
-  // Hits and misses are kept apart, on the writers' first line; the three that puts change come first.
+  // The counters that replays and replacing puts change are kept apart, on the writers' first line.
   struct counters {
-    std::uint64_t puts = 0, replacements = 0, evictions_size = 0, evictions_expired = 0, evictions_explicit = 0,
-                  rejected_oversize = 0, loads = 0, load_waits = 0, load_failures = 0;
+    std::uint64_t evictions_size = 0, evictions_expired = 0, evictions_explicit = 0, rejected_oversize = 0,
+                  loads = 0, load_waits = 0, load_failures = 0;
   };
 
   struct no_sketch {
@@ -515,12 +515,16 @@ class lru_cache {
   // One reader slot's buffered reads of one shard, on cache lines of its own: only the thread that
   // holds the slot appends, and only a holder of the writers' lock empties it: a writer once `reading`
   // is false, or the slot's own thread, between its reads.
-  // For plain LRU a record is the 4-byte slot, and the two flags, count and 15 records fill one 64-byte
-  // line, so that a writer replaying another core's reads moves one line between the cores.
+  // For plain LRU a record is the 4-byte slot, and the two flags, count, `joined` and 15 records fill
+  // one 64-byte line, so that a writer replaying another core's reads moves one line between the cores.
+  // A stripe is `joined` by its thread's first lock-free read of the shard, under the writers' lock;
+  // writers raise `excluded` only in joined stripes, so that the stripes of slots no thread has used
+  // are never written and never pass between the cores.
   struct alignas(64) read_stripe {
     std::atomic<bool> reading{false};   // raised by the owner while it looks up
     std::atomic<bool> excluded{false};  // raised by a writer while entries or the index change
     std::atomic<std::uint8_t> count{0};
+    bool joined = false;  // set by the owner under the writers' lock; read by writers under it
     read_record records[read_buffer_size];
   };
   static_assert(tinylfu || sizeof(read_stripe) == 64, "a plain LRU read stripe must fill one cache line");
@@ -544,15 +548,17 @@ class lru_cache {
     const entry* slab_at = nullptr;
     const std::uint32_t* buckets_at = nullptr;
 
-    // What replaying reads changes, for plain LRU all on the writers' first line: a thread that
-    // replays its buffer writes one line of the shard's own besides the LRU links.
+    // What replaying reads and replacing a value of the same weight change, for plain LRU all on the
+    // writers' first line: either writes one line of the shard's own besides the LRU links.
     alignas(64) detail::spin_lock mutex;
     std::uint32_t free_head = nil;
     std::uint64_t hits = 0;
     std::uint64_t misses = 0;
-    segment_list seg[3];  // LRU uses seg[0]
-    // And the second line, with what puts change besides.
+    std::uint64_t puts = 0;
+    std::uint64_t replacements = 0;
     std::size_t count = 0;
+    segment_list seg[3];  // LRU uses seg[0], which ends the first line
+    // And the second line, with what adding and evicting change besides.
     std::size_t bytes = 0;
     counters c;
     std::size_t max_count = 0;
@@ -609,20 +615,36 @@ class lru_cache {
   // writers' lock. The flags are stored plainly and ordered before the loads of `reading` by one
   // sequentially consistent fence (one barrier, not one per stripe). ThreadSanitizer does not model
   // fences, so under it each store is sequentially consistent instead: the same ordering, slower.
+  // Only joined stripes can have a reader inside: a thread joins under the writers' lock, before its
+  // first lock-free read of the shard.
   static void exclude_readers(shard& s) noexcept {
 #if FRUGAL_CACHE_TSAN
-    for (read_stripe& st : s.stripes) st.excluded.store(true, std::memory_order_seq_cst);
+    for (read_stripe& st : s.stripes) {
+      if (st.joined) st.excluded.store(true, std::memory_order_seq_cst);
+    }
 #else
-    for (read_stripe& st : s.stripes) st.excluded.store(true, std::memory_order_relaxed);
+    for (read_stripe& st : s.stripes) {
+      if (st.joined) st.excluded.store(true, std::memory_order_relaxed);
+    }
     std::atomic_thread_fence(std::memory_order_seq_cst);
 #endif
     for (read_stripe& st : s.stripes) {
-      detail::spin_while_set(st.reading, std::memory_order_acquire);
+      if (st.joined) detail::spin_while_set(st.reading, std::memory_order_acquire);
     }
   }
 
   static void admit_readers(shard& s) noexcept {
-    for (read_stripe& st : s.stripes) st.excluded.store(false, std::memory_order_release);
+    for (read_stripe& st : s.stripes) {
+      if (st.joined) st.excluded.store(false, std::memory_order_release);
+    }
+  }
+
+  // This thread's first lock-free read of s: waits for any writer to finish, after which every
+  // writer sees the stripe joined and keeps its reads out.
+  static void join(shard& s, read_stripe& st) noexcept {
+    s.mutex.lock();
+    st.joined = true;
+    s.mutex.unlock();
   }
 
   // Holds the writers' lock of a shard, and keeps its readers out only between keep_readers_out and
@@ -669,6 +691,8 @@ class lru_cache {
     if (slot >= detail::reader_slots) [[unlikely]]
       return unlocked_read::take_lock;
     read_stripe& st = s.stripes[slot];
+    if (!st.joined) [[unlikely]]
+      join(s, st);
     st.reading.store(true, std::memory_order_seq_cst);
     struct lower {
       read_stripe& st;
@@ -1005,7 +1029,7 @@ class lru_cache {
         ++s.c.evictions_explicit;
         break;
       case eviction_cause::replaced:
-        ++s.c.replacements;
+        ++s.replacements;
         break;
     }
     pointer value = std::move(e.value);
@@ -1108,12 +1132,12 @@ class lru_cache {
       ++s.c.rejected_oversize;
       return false;
     }
-    ++s.c.puts;
+    ++s.puts;
     if (i != nil) {
       entry& e = s.slab[i];
       const std::uint32_t seg = e.segment();
       unlink(s, i);
-      ++s.c.replacements;
+      ++s.replacements;
       ev.push(e.key, std::move(e.value), eviction_cause::replaced);
       s.bytes = s.bytes - e.weight() + w;
       e.value = std::move(value);
@@ -1166,12 +1190,12 @@ class lru_cache {
     old = std::exchange(e.value, std::move(value));
     e.expiry = expiry;
     lock.let_readers_in();
-    ++s.c.puts;
-    ++s.c.replacements;
+    ++s.puts;
+    ++s.replacements;
     ev.push(e.key, std::move(old), eviction_cause::replaced);
     const std::uint32_t seg = e.segment();
     unlink(s, i);
-    s.bytes = s.bytes - old_w + w;
+    if (w != old_w) s.bytes = s.bytes - old_w + w;
     e.set(w, seg);
     link_front(s, i, seg);
     if (needs_room(s)) [[unlikely]] {
