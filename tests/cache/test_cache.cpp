@@ -184,7 +184,7 @@ TEST_CASE("cache: eviction follows a reference LRU over 100k random operations")
 
 TEST_CASE("cache: eviction follows a reference LRU when reads fill the buffer and repeat hot keys") {
   // 17 reads in 20: most puts come after a full buffer was replayed, and most buffers hold a hot
-  // entry more than once, whose earlier reads the replay skips.
+  // entry more than once.
   CHECK(reference_lru_mismatches(43, 17, true, 997) == 0);
   CHECK(reference_lru_mismatches(44, 14, true, 997) == 0);
 }

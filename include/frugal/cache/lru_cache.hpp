@@ -641,6 +641,9 @@ class lru_cache {
 
   // This thread's first lock-free read of s: waits for any writer to finish, after which every
   // writer sees the stripe joined and keeps its reads out.
+#if defined(__GNUC__)
+  [[gnu::noinline, gnu::cold]]
+#endif
   static void join(shard& s, read_stripe& st) noexcept {
     s.mutex.lock();
     st.joined = true;
@@ -781,9 +784,6 @@ class lru_cache {
     for (read_stripe& st : s.stripes) replay_stripe(s, st);
   }
 
-  // With plain LRU, a read of an entry that the same buffer reads again later is not relinked: moving
-  // it to the front and later to the front again leaves the list as the later move alone does, so the
-  // order stays exact and the hottest entries' links are written once per buffer, not once per read.
   void replay_stripe(shard& s, read_stripe& st) const {
     const std::uint32_t n = st.count.load(std::memory_order_relaxed);
     for (std::uint32_t j = 0; j < n; ++j) {
@@ -791,22 +791,12 @@ class lru_cache {
       if constexpr (tinylfu) s.sketch.increment(r.key_low);
       if (r.slot == nil) {
         ++s.misses;
-        continue;
+      } else {
+        ++s.hits;
+        touch(s, r.slot);
       }
-      ++s.hits;
-      if constexpr (!tinylfu) {
-        if (read_again(st, r.slot, j + 1, n)) continue;
-      }
-      touch(s, r.slot);
     }
     if (n != 0) st.count.store(0, std::memory_order_relaxed);
-  }
-
-  static bool read_again(const read_stripe& st, std::uint32_t slot, std::uint32_t from, std::uint32_t n) noexcept {
-    for (std::uint32_t j = from; j < n; ++j) {
-      if (st.records[j].slot == slot) return true;
-    }
-    return false;
   }
 
   struct evicted {
