@@ -749,7 +749,7 @@ class lru_cache {
   // Called with this thread's flag down, so nothing appends to the stripe.
   void replay_mine(shard& s) const {
     s.mutex.lock();
-    replay_stripe(s, s.stripes[detail::reader_slot::mine()]);
+    replay_mine_locked(s);
     s.mutex.unlock();
   }
 
