@@ -688,6 +688,39 @@ TEST_CASE("cache: more reads than a read buffer holds between two writes keep th
   CHECK(c.stats().hits == 64);
 }
 
+TEST_CASE("cache: reads handed to the shard's owner are all replayed, in each thread's order, before an eviction") {
+  // Two live threads read one shard; one of them owns it, and the other's full buffers are copied to
+  // the owner's pending buffer instead of being relinked by it. Each reads its keys four times over
+  // (80 reads, five full buffers), more than pending holds, so the last buffers take the fallback:
+  // the reader replays everything itself. Neither thread's reads may be lost or counted twice.
+  frugal::lru_cache<int> c({.max_entries = 64, .shards = 1});
+  for (int i = 0; i < 64; ++i) c.put(k(static_cast<std::uint64_t>(i)), i);
+  std::atomic<int> turn{0};
+  std::atomic<int> misses{0};
+  const auto reader = [&](int id) {
+    while (turn.load() != id) std::this_thread::yield();
+    for (int round = 0; round < 4; ++round)
+      for (int i = 20 * id; i < 20 * id + 20; ++i)
+        if (!c.get(k(static_cast<std::uint64_t>(i)))) ++misses;
+    ++turn;
+    while (turn.load() != 3) std::this_thread::yield();  // both stay alive, on slots of their own
+  };
+  std::thread a(reader, 0);
+  std::thread b(reader, 1);
+  while (turn.load() != 2) std::this_thread::yield();
+  // Keys 40-63 were never read: 24 new keys evict exactly them, and every read key stays.
+  for (int i = 0; i < 24; ++i) c.put(k(static_cast<std::uint64_t>(100 + i)), i);
+  turn = 3;
+  a.join();
+  b.join();
+  CHECK(misses == 0);
+  const auto st = c.stats();
+  CHECK(st.hits == 160);
+  CHECK(st.evictions_size == 24);
+  for (int i = 0; i < 40; ++i) CHECK(c.get(k(static_cast<std::uint64_t>(i))));
+  for (int i = 40; i < 64; ++i) CHECK_FALSE(c.get(k(static_cast<std::uint64_t>(i))));
+}
+
 TEST_CASE(
     "cache: lock-free gets racing puts, evictions and expiry return only the value stored under the key") {
   frugal::manual_clock clock;

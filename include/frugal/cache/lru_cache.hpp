@@ -501,6 +501,12 @@ class lru_cache {
   using sketch_type = std::conditional_t<tinylfu, detail::frequency_sketch, no_sketch>;
 
   static constexpr std::uint32_t read_buffer_size = 15;
+  // Reads handed to a shard's owner wait in its pending buffer: room for three stripes' worth.
+  static constexpr std::uint32_t pending_size = 3 * read_buffer_size;
+  // A buffered put of a key already cached carries this bit on its slot: it moves the entry to the
+  // front of its segment, as the put would have, and counts no hit. Slots are below 2^30.
+  static constexpr std::uint32_t put_mark = std::uint32_t{1} << 31;
+  static constexpr std::uint8_t no_owner = 0xff;
 
   // A buffered read: the slot found (nil for a miss) and, for the admission sketch, the key's low bits.
   struct keyed_record {
@@ -551,6 +557,7 @@ class lru_cache {
     // What replaying reads and replacing a value of the same weight change, for plain LRU all on the
     // writers' first line: either writes one line of the shard's own besides the LRU links.
     alignas(64) detail::spin_lock mutex;
+    std::uint8_t owner = no_owner;  // the reader slot that relinks for the others (see hand_off)
     std::uint32_t free_head = nil;
     std::uint64_t hits = 0;
     std::uint64_t misses = 0;
@@ -566,11 +573,15 @@ class lru_cache {
     std::size_t window_max = 0;
     std::size_t main_max = 0;
     std::size_t protected_max = 0;
+    std::size_t index = 0;  // this shard's place in the cache, which spreads ownership over the slots
     std::vector<entry> slab;
     std::vector<lru_link> links;  // parallel to slab
     std::vector<std::uint32_t> buckets;
     std::unordered_map<Key, std::shared_future<pointer>> flights;
     [[no_unique_address]] sketch_type sketch;
+    // Buffered reads that other threads handed to the owner, oldest first; under `mutex`.
+    alignas(64) read_record pending[pending_size]{};
+    std::uint32_t pending_n = 0;
     read_stripe stripes[detail::reader_slots];
   };
 
@@ -647,6 +658,17 @@ class lru_cache {
   static void join(shard& s, read_stripe& st) noexcept {
     s.mutex.lock();
     st.joined = true;
+    // The owner is the joined slot at (shard index mod joined slots), so that two threads that read
+    // all shards own half of them each.
+    unsigned joined = 0;
+    for (const read_stripe& j : s.stripes) joined += j.joined ? 1 : 0;
+    unsigned k = static_cast<unsigned>(s.index % joined);
+    for (unsigned slot = 0; slot < detail::reader_slots; ++slot) {
+      if (s.stripes[slot].joined && k-- == 0) {
+        s.owner = static_cast<std::uint8_t>(slot);
+        break;
+      }
+    }
     s.mutex.unlock();
   }
 
@@ -744,19 +766,34 @@ class lru_cache {
     return false;
   }
 
-  // Replays this thread's buffered reads of s under the writers' lock alone: this changes only the
-  // LRU order and counters, which lookups never read, so other threads' lookups go on meanwhile.
+  // Empties this thread's full buffer of s under the writers' lock alone: this changes only the LRU
+  // order and counters, which lookups never read, so other threads' lookups go on meanwhile.
   // Called with this thread's flag down, so nothing appends to the stripe.
   void replay_mine(shard& s) const {
     s.mutex.lock();
-    replay_mine_locked(s);
+    hand_off(s, detail::reader_slot::mine());
     s.mutex.unlock();
   }
 
-  // As replay_mine, for a caller that holds the writers' lock and may have no reader slot.
-  void replay_mine_locked(shard& s) const {
-    const unsigned slot = detail::reader_slot::mine();
-    if (slot < detail::reader_slots) replay_stripe(s, s.stripes[slot]);
+  // Empties a stripe of this thread's, under the writers' lock. Relinking the LRU list writes the
+  // entries' links and the list's head, which every thread's reads of a hot entry change: if two
+  // threads relinked one shard in turn, those lines would pass between their cores on every replay.
+  // So one joined slot per shard, its owner, relinks for all: the others copy their records into the
+  // shard's pending buffer, one line or two, and the owner replays them before its own, as every
+  // replay of all the buffers does. Pending records are older than any record still in a stripe of
+  // the same thread, so replaying them first keeps each thread's order exact. When the buffer has no
+  // room (an owner that reads this shard seldom, or has exited), the thread replays it all itself.
+  void hand_off(shard& s, unsigned slot) const {
+    read_stripe& st = s.stripes[slot];
+    const std::uint32_t n = st.count.load(std::memory_order_relaxed);
+    if (slot != s.owner && s.pending_n + n <= pending_size) {
+      std::copy_n(st.records, n, s.pending + s.pending_n);
+      s.pending_n += n;
+      st.count.store(0, std::memory_order_relaxed);
+      return;
+    }
+    replay_pending(s);
+    replay_stripe(s, st);
   }
 
   pointer get_locked(shard& s, const Key& key) {
@@ -780,23 +817,56 @@ class lru_cache {
   // ran. Reads by different threads since the shard's last locked operation are applied one thread
   // after another: they overlapped in time, as far as the cache can tell, so any order is one the
   // threads could have run in.
+  // The pending records come first: each is older than anything its thread has in its stripe.
   void replay_reads(shard& s) const {
+    replay_pending(s);
     for (read_stripe& st : s.stripes) replay_stripe(s, st);
+  }
+
+  void replay_pending(shard& s) const {
+    for (std::uint32_t j = 0; j < s.pending_n; ++j) apply(s, s.pending[j]);
+    s.pending_n = 0;
   }
 
   void replay_stripe(shard& s, read_stripe& st) const {
     const std::uint32_t n = st.count.load(std::memory_order_relaxed);
-    for (std::uint32_t j = 0; j < n; ++j) {
-      const read_record r = st.records[j];
-      if constexpr (tinylfu) s.sketch.increment(r.key_low);
-      if (r.slot == nil) {
-        ++s.misses;
-      } else {
-        ++s.hits;
-        touch(s, r.slot);
-      }
-    }
+    for (std::uint32_t j = 0; j < n; ++j) apply(s, st.records[j]);
     if (n != 0) st.count.store(0, std::memory_order_relaxed);
+  }
+
+  void apply(shard& s, const read_record& r) const {
+    if (r.slot != nil && (r.slot & put_mark) != 0) {
+      const std::uint32_t i = r.slot & ~put_mark;
+      move_front(s, i, s.slab[i].segment());
+      return;
+    }
+    if constexpr (tinylfu) s.sketch.increment(r.key_low);
+    if (r.slot == nil) {
+      ++s.misses;
+    } else {
+      ++s.hits;
+      touch(s, r.slot);
+    }
+  }
+
+  // A replacing put's move to the front of its segment, buffered behind this thread's reads so that
+  // its order stays exact without replaying them, and relinked by whoever replays them. A thread
+  // without a joined stripe has no buffered reads, and relinks at once.
+  void record_put(shard& s, std::uint32_t i) const {
+    const unsigned slot = detail::reader_slot::mine();
+    if (slot >= detail::reader_slots || !s.stripes[slot].joined) {
+      move_front(s, i, s.slab[i].segment());
+      return;
+    }
+    read_stripe& st = s.stripes[slot];
+    if (st.count.load(std::memory_order_relaxed) >= read_buffer_size) hand_off(s, slot);
+    const std::uint32_t at = st.count.load(std::memory_order_relaxed);
+    if constexpr (tinylfu) {
+      st.records[at] = read_record{0, i | put_mark};
+    } else {
+      st.records[at] = read_record{i | put_mark};
+    }
+    st.count.store(static_cast<std::uint8_t>(at + 1), std::memory_order_relaxed);
   }
 
   struct evicted {
@@ -873,6 +943,7 @@ class lru_cache {
     const auto share = [&](std::size_t total) {
       return total / shard_count_ + (index < total % shard_count_ ? 1 : 0);
     };
+    s.index = index;
     s.max_count = share(opts_.max_entries);
     s.max_bytes = share(opts_.max_bytes);
     s.buckets.assign(s.max_count != 0 ? std::bit_ceil(s.max_count + 1) : 16, nil);
@@ -1166,11 +1237,12 @@ class lru_cache {
   }
 
   // A put of a key already cached, with a value that fits, changes that entry alone: readers are kept
-  // out only while its value and expiry are swapped (what lookups read), and the LRU list is relinked
-  // after they are let in again. The other threads' buffered reads stay buffered, to be replayed when
-  // their own buffers fill or before anything is evicted, so that the put moves no line of theirs;
-  // this thread's own reads are replayed first, which keeps its order exact. Only if the new weight
-  // overruns a limit are all reads replayed and entries evicted, with readers out.
+  // out only while its value and expiry are swapped (what lookups read). Its move to the front of the
+  // LRU list is buffered behind this thread's reads (record_put), like a read, so that it neither
+  // replays them nor relinks lines that the shard's owner relinks. The other threads' buffered reads
+  // stay buffered, to be replayed when their own buffers fill or before anything is evicted, so that
+  // the put moves no line of theirs. Only if the new weight overruns a limit are all reads replayed
+  // and entries evicted, with readers out.
   void replace_locked(shard& s, write_lock& lock, std::uint32_t i, pointer value, std::size_t w,
                       std::int64_t expiry, eviction_list& ev) {
     entry& e = s.slab[i];
@@ -1183,11 +1255,13 @@ class lru_cache {
     ++s.puts;
     ++s.replacements;
     ev.push(e.key, std::move(old), eviction_cause::replaced);
-    const std::uint32_t seg = e.segment();
-    unlink(s, i);
-    if (w != old_w) s.bytes = s.bytes - old_w + w;
-    e.set(w, seg);
-    link_front(s, i, seg);
+    if (w != old_w) {
+      const std::uint32_t seg = e.segment();
+      s.bytes = s.bytes - old_w + w;
+      s.seg[seg].cost = s.seg[seg].cost - cost_of(s, old_w) + cost_of(s, w);
+      e.set(w, seg);
+    }
+    record_put(s, i);
     if (needs_room(s)) [[unlikely]] {
       lock.keep_readers_out();
       replay_reads(s);
@@ -1203,7 +1277,6 @@ class lru_cache {
     bool stored = true;
     {
       write_lock lock(s);
-      replay_mine_locked(s);
       // Under the writers' lock the index cannot change, so the key can be found with readers in.
       const std::uint32_t i = find(s, key);
       const bool fits = w <= max_weight && (s.max_bytes == 0 || w <= s.max_bytes);
