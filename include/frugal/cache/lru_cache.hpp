@@ -592,34 +592,11 @@ class lru_cache {
     s.bucket_mask = static_cast<std::uint32_t>(s.buckets.size() - 1);
   }
 
-  // Holds a shard alone: its lock taken, no reader inside, the buffered reads replayed.
-  class exclusive_lock {
-   public:
-    exclusive_lock(const lru_cache& cache, shard& s) : s_(&s) { cache.acquire(s); }
-    exclusive_lock(const exclusive_lock&) = delete;
-    exclusive_lock& operator=(const exclusive_lock&) = delete;
-    ~exclusive_lock() {
-      if (s_ != nullptr) release(*s_);
-    }
-    void unlock() noexcept {
-      release(*s_);
-      s_ = nullptr;
-    }
-
-   private:
-    shard* s_;
-  };
-
   static void check_not_in_visit() {
     if (detail::in_visit) [[unlikely]]
       throw std::logic_error(
           "frugal::lru_cache: called from inside a function passed to visit; copy the "
           "value out and call the cache after visit returns");
-  }
-
-  static void release(shard& s) noexcept {
-    admit_readers(s);
-    s.mutex.unlock();
   }
 
   // Raises every stripe's `excluded` and waits until no reader is inside; the caller holds the
@@ -673,32 +650,49 @@ class lru_cache {
   }
 
   // Holds the writers' lock of a shard, and keeps its readers out only between keep_readers_out and
-  // let_readers_in (or the end of its life): a put that replaces a value keeps them out for the swap
-  // alone, not while it relinks the LRU list.
+  // let_readers_in (or unlock, or the end of its life): a put that replaces a value keeps them out for
+  // the swap alone.
   class write_lock {
    public:
-    explicit write_lock(shard& s) : s_(s) {
+    explicit write_lock(shard& s) : s_(&s) {
       check_not_in_visit();
-      s_.mutex.lock();
+      s_->mutex.lock();
     }
     write_lock(const write_lock&) = delete;
     write_lock& operator=(const write_lock&) = delete;
     ~write_lock() {
-      if (out_) admit_readers(s_);
-      s_.mutex.unlock();
+      if (s_ != nullptr) unlock();
     }
     void keep_readers_out() noexcept {
-      exclude_readers(s_);
+      exclude_readers(*s_);
       out_ = true;
     }
     void let_readers_in() noexcept {
-      admit_readers(s_);
+      admit_readers(*s_);
       out_ = false;
+    }
+    void unlock() noexcept {
+      if (out_) admit_readers(*s_);
+      s_->mutex.unlock();
+      s_ = nullptr;
     }
 
    private:
-    shard& s_;
+    shard* s_;
     bool out_ = false;
+  };
+
+  // Holds a shard alone: its writers' lock taken, no reader inside, every buffered read replayed.
+  class exclusive_lock {
+   public:
+    exclusive_lock(const lru_cache& cache, shard& s) : lock_(s) {
+      lock_.keep_readers_out();
+      cache.replay_reads(s);
+    }
+    void unlock() noexcept { lock_.unlock(); }
+
+   private:
+    write_lock lock_;
   };
 
   enum class unlocked_read {
@@ -804,13 +798,6 @@ class lru_cache {
     if (expired) [[unlikely]]
       notify_one(key, expired, eviction_cause::expired);
     return hit;
-  }
-
-  void acquire(shard& s) const {
-    check_not_in_visit();
-    s.mutex.lock();
-    exclude_readers(s);
-    replay_reads(s);
   }
 
   // Applies the buffered reads, each reader's in its own order, as if each had taken the lock when it
