@@ -728,12 +728,7 @@ class lru_cache {
     const entry* e = i == nil ? nullptr : &s.slab_at[i];
     if (e != nullptr && e->expiry != 0 && now_ticks() >= e->expiry) [[unlikely]]
       return unlocked_read::take_lock;
-    if constexpr (tinylfu) {
-      st.records[at] = read_record{detail::key_low(key), i};
-    } else {
-      st.records[at] = read_record{i};
-    }
-    st.count.store(static_cast<std::uint8_t>(at + 1), std::memory_order_relaxed);
+    push_record(st, at, detail::key_low(key), i);
     if (e != nullptr) on_hit(*e);
     return unlocked_read::done;
   }
@@ -847,11 +842,16 @@ class lru_cache {
     }
     read_stripe& st = s.stripes[slot];
     if (st.count.load(std::memory_order_relaxed) >= read_buffer_size) hand_off(s, slot);
-    const std::uint32_t at = st.count.load(std::memory_order_relaxed);
+    push_record(st, st.count.load(std::memory_order_relaxed), 0, i | put_mark);
+  }
+
+  // Writes a record at position `at` of a stripe and counts it; only the stripe's own thread appends.
+  static void push_record(read_stripe& st, std::uint32_t at, [[maybe_unused]] std::uint64_t key_low,
+                          std::uint32_t slot) noexcept {
     if constexpr (tinylfu) {
-      st.records[at] = read_record{0, i | put_mark};
+      st.records[at] = read_record{key_low, slot};
     } else {
-      st.records[at] = read_record{i | put_mark};
+      st.records[at] = read_record{slot};
     }
     st.count.store(static_cast<std::uint8_t>(at + 1), std::memory_order_relaxed);
   }
