@@ -323,6 +323,20 @@ TEST_CASE("quantize_rows: can_implement checks types, K and the int8 output") {
   r = q;
   r.ldq = 60;
   CHECK(code(r) == fc::status_code::misaligned_operand);
+  CHECK(message(r).find("multiple of 8") != std::string::npos);
+  SUBCASE("ldq and q need 8, as documented and as the kernel's 8-byte stores need, not 16") {
+    static_assert(fc::quantize_rows_q_align == 8);
+    r = q;
+    r.ldq = 72;  // a multiple of 8, not of 16
+    CHECK(code(r) == fc::status_code::success);
+    r.q = b8 + 8;  // 8-byte aligned, not 16
+    CHECK(code(r) == fc::status_code::success);
+    r.q = b8 + 4;
+    CHECK(code(r) == fc::status_code::misaligned_operand);
+    r = q;
+    r.ldq = 68;
+    CHECK(code(r) == fc::status_code::misaligned_operand);
+  }
   r = q;
   r.scale = nullptr;
   CHECK(code(r) == fc::status_code::invalid_pointer);
@@ -343,6 +357,47 @@ TEST_CASE("cublaslt baselines: can_implement reflects what cuBLASLt supports") {
   CHECK(fc::cublaslt_gemm_f16::can_implement(f).code == fc::status_code::unsupported_type);
 }
 
+TEST_CASE("pair stores: frugal's kernels and the cuBLASLt dequant judge C's alignment by one check") {
+  auto a = w8a8();
+  CHECK(fc::detail::pair_store_ok(a.c, a.ldc, a.c_type));
+  CHECK(fc::cublaslt_gemm_w8a8::epilogue(a).pair_store);
+  // Even ldc, but C one f16 element past an aligned address: a half2 store there would be misaligned.
+  a.c = out + 2;
+  CHECK_FALSE(fc::detail::pair_store_ok(a.c, a.ldc, a.c_type));
+  CHECK_FALSE(fc::cublaslt_gemm_w8a8::epilogue(a).pair_store);
+  CHECK(code(a) == fc::status_code::success);  // still runnable, with single stores
+  CHECK(static_cast<bool>(fc::cublaslt_gemm_w8a8::can_implement(a)));
+  a = w8a8();
+  a.ldc = 33;
+  CHECK_FALSE(fc::cublaslt_gemm_w8a8::epilogue(a).pair_store);
+  a = w8a8();
+  a.c_type = fc::dtype::f32;
+  a.c = out + 4;  // 4-byte aligned, not 8
+  CHECK_FALSE(fc::cublaslt_gemm_w8a8::epilogue(a).pair_store);
+  a.c = out + 8;
+  CHECK(fc::cublaslt_gemm_w8a8::epilogue(a).pair_store);
+}
+
+TEST_CASE("cublaslt baselines: can_implement refuses an output frugal's own check refuses") {
+  auto a = w8a8();
+  a.c = out + 1;  // not aligned to f16
+  CHECK(code(a) == fc::status_code::misaligned_operand);
+  CHECK(fc::cublaslt_gemm_w8a8::can_implement(a).code == fc::status_code::misaligned_operand);
+  CHECK(fc::cublaslt_gemm_w8a8::can_implement(a).message.find("c is not aligned") != std::string::npos);
+  a = w8a8();
+  a.ldc = 31;  // smaller than N
+  CHECK(fc::cublaslt_gemm_w8a8::can_implement(a).code == fc::status_code::invalid_problem);
+  a = w8a8();
+  a.c_type = fc::dtype::s8;
+  CHECK(fc::cublaslt_gemm_w8a8::can_implement(a).code == fc::status_code::unsupported_type);
+  auto f = f16();
+  f.c = out + 1;
+  CHECK(fc::cublaslt_gemm_f16::can_implement(f).code == fc::status_code::misaligned_operand);
+  f = f16();
+  f.ldc = 16;
+  CHECK(fc::cublaslt_gemm_f16::can_implement(f).code == fc::status_code::invalid_problem);
+}
+
 TEST_CASE("dispatcher: the default table, and a forced backend wins when it can run") {
   using fc::backend;
   SUBCASE("w8a8") {
@@ -351,7 +406,7 @@ TEST_CASE("dispatcher: the default table, and a forced backend wins when it can 
     CHECK(fc::choose(a, hopper).chosen == backend::frugal);  // small M
     a.m = 4096;
     a.n = a.k = 4096;
-    a.lda = a.ldb = 4096;
+    a.lda = a.ldb = a.ldc = 4096;
     CHECK(fc::choose(a, hopper).chosen == backend::cublaslt);
     CHECK(fc::choose(a, ampere).chosen == backend::frugal);
     CHECK(fc::choose(a, hopper, backend::frugal).chosen == backend::frugal);
@@ -388,5 +443,18 @@ TEST_CASE("run and can_implement never abort without a device") {
   CHECK(s.code == fc::status_code::cuda_error);
   CHECK_FALSE(s.message.empty());
   CHECK(fc::run(w4a16()).code == fc::status_code::cuda_error);
-  CHECK(fc::get_workspace_size(w4a16()) == 0u);
+}
+
+TEST_CASE("get_workspace_size: a failed device query is a status, not a silent 0 bytes" *
+          doctest::skip(fc::device_count() > 0)) {
+  auto a = w4a16();
+  a.k = a.ldx = 8192;
+  a.ldw = 4096;
+  a.split_k = 4;  // needs a workspace on any device
+  std::size_t bytes = 12345;
+  const fc::status s = fc::get_workspace_size(a, bytes);
+  CHECK(s.code == fc::status_code::cuda_error);
+  CHECK_FALSE(s.message.empty());
+  CHECK(bytes == 0u);
+  CHECK(fc::get_workspace_size(a, hopper) > 0u);  // the device_info overload needs no device
 }

@@ -593,7 +593,9 @@ void check_weight_only(shape s, bool int4, int group, bool asym, int split_k, fc
                                   .c_type = out,
                                   .split_k = split_k,
                                   .block_n = block_n};
-    fc::device_buffer<unsigned char> ws(std::max<std::size_t>(fc::get_workspace_size(args), 1));
+    std::size_t ws_bytes = 0;
+    REQUIRE(fc::get_workspace_size(args, ws_bytes).str() == "success");
+    fc::device_buffer<unsigned char> ws(std::max<std::size_t>(ws_bytes, 1));
     args.workspace = ws.data();
     args.workspace_bytes = ws.size();
     st = fc::run(args);
@@ -616,7 +618,9 @@ void check_weight_only(shape s, bool int4, int group, bool asym, int split_k, fc
                                   .c_type = out,
                                   .split_k = split_k,
                                   .block_n = block_n};
-    fc::device_buffer<unsigned char> ws(std::max<std::size_t>(fc::get_workspace_size(args), 1));
+    std::size_t ws_bytes = 0;
+    REQUIRE(fc::get_workspace_size(args, ws_bytes).str() == "success");
+    fc::device_buffer<unsigned char> ws(std::max<std::size_t>(ws_bytes, 1));
     args.workspace = ws.data();
     args.workspace_bytes = ws.size();
     st = fc::run(args);

@@ -14,6 +14,7 @@
 
 #include "frugal/config.hpp"
 #include "frugal/cuda/gemm/arguments.cuh"
+#include "frugal/cuda/gemm/device/checks.cuh"
 #include "frugal/cuda/gemm/kernel/epilogue.cuh"
 #include "frugal/cuda/memory.cuh"
 #include "frugal/cuda/status.cuh"
@@ -179,9 +180,9 @@ class cublaslt_gemm_f16 {
       return make_status(status_code::unsupported_type, "cublaslt_gemm_f16: the baseline runs no epilogue");
     if (a.m <= 0 || a.n <= 0 || a.k <= 0)
       return make_status(status_code::invalid_problem, "cublaslt_gemm_f16: M, N, K > 0");
-    if (!a.a || !a.b || !a.c)
+    if (!a.a || !a.b)
       return make_status(status_code::invalid_pointer, "cublaslt_gemm_f16: null operand");
-    return status::ok();
+    return detail::check_output("cublaslt_gemm_f16", a.c, a.ldc, a.n, a.c_type);
   }
   /// @brief Chooses the algorithm for the shape and types of `a`.
   status initialize(const cublaslt_context& ctx, const gemm_f16_arguments& a) {
@@ -212,7 +213,23 @@ class cublaslt_gemm_w8a8 {
                          "cublaslt_gemm_w8a8: K, lda and ldb must be multiples of 4");
     if (a.c_type != dtype::s32 && (!a.scale_a || !a.scale_b))
       return make_status(status_code::invalid_pointer, "cublaslt_gemm_w8a8: scales are null");
-    return status::ok();
+    if (a.c_type != dtype::f32 && a.c_type != dtype::f16 && a.c_type != dtype::bf16 && a.c_type != dtype::s32)
+      return make_status(status_code::unsupported_type, "cublaslt_gemm_w8a8: output must be f32, f16, bf16 or s32");
+    return detail::check_output("cublaslt_gemm_w8a8", a.c, a.ldc, a.n, a.c_type);
+  }
+  /// @brief The dequant pass's epilogue for `a`; pair stores are judged as frugal's kernels judge them.
+  static kernel::epilogue_params epilogue(const gemm_w8a8_arguments& a) {
+    return {.scale_a = a.scale_a,
+            .scale_b = a.scale_b,
+            .zero_a = a.zero_a,
+            .colsum_b = a.colsum_b,
+            .bias = a.bias,
+            .alpha = 1.0f,
+            .act = a.act,
+            .c = a.c,
+            .ldc = a.ldc,
+            .c_type = a.c_type,
+            .pair_store = detail::pair_store_ok(a.c, a.ldc, a.c_type)};
   }
   /// @brief Chooses the algorithm and allocates the int32 scratch (M × N rounded up to 4).
   status initialize(const cublaslt_context& ctx, const gemm_w8a8_arguments& a) {
@@ -235,17 +252,8 @@ class cublaslt_gemm_w8a8 {
   /// @brief GEMM then dequant into a.c.
   status run(const gemm_w8a8_arguments& a, cudaStream_t stream = nullptr) {
     if (auto s = run_gemm(a, stream); !s) return s;
-    const kernel::epilogue_params ep{.scale_a = a.scale_a,
-                                     .scale_b = a.scale_b,
-                                     .zero_a = a.zero_a,
-                                     .colsum_b = a.colsum_b,
-                                     .bias = a.bias,
-                                     .alpha = 1.0f,
-                                     .act = a.act,
-                                     .c = a.c,
-                                     .ldc = a.ldc,
-                                     .c_type = a.c_type,
-                                     .pair_store = a.ldc % 2 == 0};
+    if (auto s = can_implement(a); !s) return s;
+    const kernel::epilogue_params ep = epilogue(a);
     if (a.c_type == dtype::s32) {
       return cuda_status(cudaMemcpy2DAsync(a.c, a.ldc * sizeof(std::int32_t), scratch_.data(),
                                            ld_acc_ * sizeof(std::int32_t), a.n * sizeof(std::int32_t), a.m,

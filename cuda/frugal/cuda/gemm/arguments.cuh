@@ -143,6 +143,10 @@ struct gemm_w4a16_arguments {
   std::size_t workspace_bytes = 0;
 };
 
+/// @brief quantize_rows stores 8 int8 per 8-byte vector: q must be aligned to this many bytes and ldq a multiple
+/// of it.
+inline constexpr int quantize_rows_q_align = 8;
+
 /// @brief Dynamic per-token int8 quantization: scale[m] = max_k |X[m][k]| / 127 (0 for an all-zero row) and
 /// Q[m][k] = clamp(rint(X[m][k] / scale[m]), -127, 127), rounding to nearest even, in one pass.
 struct quantize_rows_arguments {
@@ -151,7 +155,7 @@ struct quantize_rows_arguments {
   const void* x = nullptr;
   int ldx = 0;  ///< elements; multiple of 8
   std::int8_t* q = nullptr;
-  int ldq = 0;             ///< elements; multiple of 16
+  int ldq = 0;             ///< elements; >= K, a multiple of 8 (quantize_rows_q_align); q 8-byte aligned
   float* scale = nullptr;  ///< [M]
 };
 

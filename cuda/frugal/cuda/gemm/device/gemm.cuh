@@ -5,7 +5,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
@@ -13,6 +12,8 @@
 
 #include "frugal/config.hpp"
 #include "frugal/cuda/gemm/arguments.cuh"
+#include "frugal/cuda/gemm/device/checks.cuh"
+#include "frugal/cuda/gemm/device/prepared.cuh"
 #include "frugal/cuda/gemm/kernel/gemm_tn_sm80.cuh"
 #include "frugal/cuda/gemm/kernel/gemm_tn_sm90.cuh"
 #include "frugal/cuda/gemm/kernel/quantize_rows.cuh"
@@ -73,14 +74,6 @@ inline status detail::query_device_uncached(int dev, device_info& info) {
 
 namespace detail {
 
-inline bool aligned(const void* p, std::size_t bytes) {
-  return reinterpret_cast<std::uintptr_t>(p) % bytes == 0;
-}
-
-inline status fail(status_code c, const char* op, const std::string& what) {
-  return make_status(c, std::string("frugal::cuda::") + op + ": " + what);
-}
-
 inline status check_problem(const char* op, int m, int n, int k) {
   if (m <= 0 || n <= 0 || k <= 0)
     return fail(status_code::invalid_problem, op,
@@ -113,27 +106,12 @@ inline status check_operand(const char* op, const char* name, const void* p, int
   return status::ok();
 }
 
-inline status check_output(const char* op, const void* c, int ldc, int n, dtype t) {
-  if (c == nullptr) return fail(status_code::invalid_pointer, op, "c is null");
-  if (ldc < n)
-    return fail(status_code::invalid_problem, op,
-                "ldc (" + std::to_string(ldc) + ") is smaller than N (" + std::to_string(n) + ")");
-  if (!aligned(c, size_of(t)))
-    return fail(status_code::misaligned_operand, op,
-                std::string("c is not aligned to its element type ") + to_string(t));
-  return status::ok();
-}
-
 inline status check_tile(const char* op, gemm_tile t, const device_info& dev) {
   if (t == gemm_tile::wgmma_sm90 && !(dev.cc_major == 9 && dev.cc_minor == 0))
     return fail(
         status_code::unsupported_arch, op,
         "the wgmma tile needs sm_90a, device is sm_" + std::to_string(dev.cc_major * 10 + dev.cc_minor));
   return status::ok();
-}
-
-inline bool pair_store_ok(const void* c, int ldc, dtype t) {
-  return ldc % 2 == 0 && aligned(c, 2 * size_of(t));
 }
 
 inline status check_launch_image(const char* op, const void* kernel) {
@@ -168,23 +146,14 @@ inline status prepare_tn(const char* op, Kernel kernel, int dev) {
   return status::ok();
 }
 
-// One bit per device: this kernel's image was found and its shared-memory limit raised there.
-inline bool prepared(std::atomic<std::uint64_t>& mask, int dev) {
-  return dev >= 0 && dev < 64 && (mask.load(std::memory_order_acquire) >> dev & 1u);
-}
-inline void mark_prepared(std::atomic<std::uint64_t>& mask, int dev) {
-  if (dev >= 0 && dev < 64) mask.fetch_or(std::uint64_t(1) << dev, std::memory_order_acq_rel);
-}
-
 template <class Cfg, class Kernel>
 inline status launch_tn(const char* op, Kernel kernel, const kernel::gemm_tn_params& p, cudaStream_t stream) {
-  static std::atomic<std::uint64_t> ready{0};
   int dev = 0;
   if (auto s = cuda_status(cudaGetDevice(&dev), "cudaGetDevice"); !s) return s;
-  if (!prepared(ready, dev)) {
-    if (auto s = prepare_tn<Cfg>(op, kernel, dev); !s) return s;
-    mark_prepared(ready, dev);
-  }
+  if (auto s = prepared_registry().ensure(reinterpret_cast<const void*>(kernel), dev,
+                                          [&] { return prepare_tn<Cfg>(op, kernel, dev); });
+      !s)
+    return s;
   const dim3 grid((p.n + Cfg::BN - 1) / Cfg::BN, (p.m + Cfg::BM - 1) / Cfg::BM);
   if (grid.y > 65535u) return fail(status_code::invalid_problem, op, "M is too large for the grid");
   kernel<<<grid, Cfg::threads, Cfg::smem_bytes, stream>>>(p);
@@ -364,9 +333,10 @@ inline status can_implement(const quantize_rows_arguments& a, const device_info&
                         "K (" + std::to_string(a.k) + ") must be a multiple of 8");
   if (auto s = detail::check_operand(op, "x", a.x, a.ldx, a.k, 8); !s) return s;
   if (a.q == nullptr) return detail::fail(status_code::invalid_pointer, op, "q is null");
-  if (a.ldq < a.k || a.ldq % 8 != 0 || !detail::aligned(a.q, 8))
+  if (a.ldq < a.k || a.ldq % quantize_rows_q_align != 0 || !detail::aligned(a.q, quantize_rows_q_align))
     return detail::fail(status_code::misaligned_operand, op,
-                        "q must be 8-byte aligned with ldq >= K and a multiple of 8");
+                        "q must be " + std::to_string(quantize_rows_q_align) + "-byte aligned with ldq >= K and a multiple of " +
+            std::to_string(quantize_rows_q_align));
   if (a.scale == nullptr) return detail::fail(status_code::invalid_pointer, op, "scale is null");
   return detail::check_arch(op, dev);
 }
@@ -379,12 +349,15 @@ inline status can_implement(const Args& a) {
   return can_implement(a, dev);
 }
 
-/// @brief Bytes of workspace run() needs on the current device (0 when the query fails).
+/// @brief Sets `bytes` to the workspace run() needs on the current device; a failed device query is its
+/// status (and `bytes` is 0), never a silent 0 that would make run() refuse later.
 template <class Args>
-inline std::size_t get_workspace_size(const Args& a) {
+inline status get_workspace_size(const Args& a, std::size_t& bytes) {
+  bytes = 0;
   device_info dev;
-  if (!query_device(dev)) return 0;
-  return get_workspace_size(a, dev);
+  if (auto s = query_device(dev); !s) return s;
+  bytes = get_workspace_size(a, dev);
+  return status::ok();
 }
 
 /// @brief Runs W8A8 with the fused epilogue on `stream`.
@@ -488,13 +461,10 @@ inline const void* weight_only_kernel() {
 template <bool Int4, int NTiles, class X>
 inline status launch_weight_only(const char* op, const kernel::weight_only_params& p, cudaStream_t stream) {
   using cfg = kernel::weight_only_config<Int4, NTiles>;
-  static std::atomic<std::uint64_t> ready{0};
   int dev = 0;
   if (auto s = cuda_status(cudaGetDevice(&dev), "cudaGetDevice"); !s) return s;
-  if (!prepared(ready, dev)) {
-    if (auto s = check_launch_image(op, weight_only_kernel<Int4, NTiles, X>()); !s) return s;
-    mark_prepared(ready, dev);
-  }
+  const void* k = weight_only_kernel<Int4, NTiles, X>();
+  if (auto s = prepared_registry().ensure(k, dev, [&] { return check_launch_image(op, k); }); !s) return s;
   const dim3 grid((p.n + cfg::block_n - 1) / cfg::block_n, p.splits, (p.m + 15) / 16);
   if (grid.z > 65535u) return fail(status_code::invalid_problem, op, "M is too large for the grid");
   if constexpr (Int4)

@@ -64,7 +64,32 @@ struct gemm_tn_params {
 
 // Shared-memory rows are 128 bytes (8 chunks of 16); chunk c of row r lives at c ^ (r & 7), so the 8 rows an
 // ldmatrix phase reads, and the 8 chunks a cp.async wave writes, fall in distinct bank groups.
-__device__ __forceinline__ int swizzle(int row, int chunk) { return row * 128 + ((chunk ^ (row & 7)) << 4); }
+__host__ __device__ constexpr int swizzle(int row, int chunk) { return row * 128 + ((chunk ^ (row & 7)) << 4); }
+
+// The index arithmetic of the kernel below, shared with the host test that models its data movement
+// (tests/cuda/test_fragments.cu), so that the two cannot drift apart.
+struct tn_lane_roles {
+  int a_row, a_chunk;  // this lane's ldmatrix.x4 row address for A fragment 0, k step 0
+  int b_row, b_chunk;  // and for B fragments 0 and 1
+};
+// ldmatrix.x4 lane roles: A takes rows (lane%8) + 8*(matrix&1) and chunk +(matrix>>1), giving a0..a3 in mma
+// order; B takes rows (lane%8) + 8*(matrix>>1) and chunk +(matrix&1), giving b0,b1 of two n-fragments.
+template <class Cfg>
+__host__ __device__ constexpr tn_lane_roles tn_roles(int warp, int lane) {
+  const int wm = warp / Cfg::WN, wn = warp % Cfg::WN;
+  const int lrow = lane & 7, lmat = lane >> 3;
+  return {wm * Cfg::TM + lrow + ((lmat & 1) << 3), lmat >> 1, wn * Cfg::TN + lrow + ((lmat >> 1) << 3),
+          lmat & 1};
+}
+// The tile row of accumulator acc[i][j][2*h + e] of a lane (its column is tn_acc_col(..., e)).
+template <class Cfg>
+__host__ __device__ constexpr int tn_acc_row(int warp, int lane, int i, int h) {
+  return (warp / Cfg::WN) * Cfg::TM + i * 16 + (lane >> 2) + h * 8;
+}
+template <class Cfg>
+__host__ __device__ constexpr int tn_acc_col(int warp, int lane, int j, int e) {
+  return (warp % Cfg::WN) * Cfg::TN + j * 8 + (lane & 3) * 2 + e;
+}
 
 template <class Op, class Cfg>
 __device__ __forceinline__ void load_stage(const gemm_tn_params& p, std::uint32_t smem_a,
@@ -99,7 +124,6 @@ __device__ __forceinline__ void gemm_tn_body(const gemm_tn_params& p) {
 
   const int m0 = blockIdx.y * Cfg::BM, n0 = blockIdx.x * Cfg::BN;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int wm = warp / Cfg::WN, wn = warp % Cfg::WN;
 
   acc_t acc[Cfg::MF][Cfg::NF][4];
 #pragma unroll
@@ -119,11 +143,8 @@ __device__ __forceinline__ void gemm_tn_body(const gemm_tn_params& p) {
     sm80::cp_async_commit();
   }
 
-  // ldmatrix.x4 lane roles: A takes rows (lane%8) + 8*(matrix&1) and chunk +(matrix>>1), giving a0..a3 in mma
-  // order; B takes rows (lane%8) + 8*(matrix>>1) and chunk +(matrix&1), giving b0,b1 of two n-fragments.
-  const int lrow = lane & 7, lmat = lane >> 3;
-  const int a_row = wm * Cfg::TM + lrow + ((lmat & 1) << 3), a_chunk = lmat >> 1;
-  const int b_row = wn * Cfg::TN + lrow + ((lmat >> 1) << 3), b_chunk = lmat & 1;
+  const tn_lane_roles roles = tn_roles<Cfg>(warp, lane);
+  const int a_row = roles.a_row, a_chunk = roles.a_chunk, b_row = roles.b_row, b_chunk = roles.b_chunk;
 
   for (int kt = 0; kt < ktiles; ++kt) {
     sm80::cp_async_wait<Cfg::STAGES - 2>();
@@ -161,16 +182,15 @@ __device__ __forceinline__ void gemm_tn_body(const gemm_tn_params& p) {
   }
   sm80::cp_async_wait<0>();
 
-  const int gid = lane >> 2, tig = lane & 3;
 #pragma unroll
   for (int i = 0; i < Cfg::MF; ++i) {
 #pragma unroll
     for (int j = 0; j < Cfg::NF; ++j) {
-      const int n = n0 + wn * Cfg::TN + j * 8 + tig * 2;
+      const int n = n0 + tn_acc_col<Cfg>(warp, lane, j, 0);
       if (n >= p.n) continue;
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const int m = m0 + wm * Cfg::TM + i * 16 + gid + h * 8;
+        const int m = m0 + tn_acc_row<Cfg>(warp, lane, i, h);
         if (m >= p.m) continue;
         const acc_t v0 = acc[i][j][2 * h], v1 = acc[i][j][2 * h + 1];
         if constexpr (std::is_same_v<acc_t, int>) {

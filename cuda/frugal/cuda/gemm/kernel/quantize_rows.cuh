@@ -10,6 +10,7 @@
 #include <type_traits>
 
 #include "frugal/config.hpp"
+#include "frugal/cuda/gemm/arguments.cuh"
 
 FRUGAL_BEGIN_NAMESPACE
 namespace cuda::kernel {
@@ -83,6 +84,7 @@ __global__ void __launch_bounds__(256) quantize_rows_s8_sm80(quantize_rows_param
       if (amax > 0.0f) qi = max(-127, min(127, __float2int_rn(__fdiv_rn(f[e], s))));
       packed[e >> 2] |= (static_cast<std::uint32_t>(qi) & 0xFFu) << (8 * (e & 3));
     }
+    static_assert(sizeof(uint2) == quantize_rows_q_align, "can_implement checks q for this store");
     *reinterpret_cast<uint2*>(q + 8 * i) = make_uint2(packed[0], packed[1]);
   };
 #pragma unroll

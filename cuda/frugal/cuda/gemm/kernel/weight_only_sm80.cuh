@@ -28,7 +28,15 @@ struct weight_only_config {
   static constexpr int block_n = n_tiles * 8;    // weight rows per block
   static constexpr int lane_k = Int4 ? 32 : 16;  // k elements in one lane's 16-byte weight load
   static constexpr int step_k = 4 * lane_k;      // k covered by one warp iteration
+  /// The first k of the 16 weight bytes lane group `tig` loads in warp iteration `step`.
+  __host__ __device__ static constexpr int lane_k_begin(int step, int tig) { return step * step_k + tig * lane_k; }
 };
+
+// The register-level constants of the dequant, shared with the host model of it (tests/cuda/test_fragments.cu).
+// One LOP3 with this mask takes nibbles q and q+4 (k and k+4) of a 32-bit weight word into the two halves.
+inline constexpr std::uint32_t nibble_pair_mask = 0x000F000Fu;
+// PRMT selectors pairing activations (k, k+4) from two registers: their low halves, and their high halves.
+inline constexpr unsigned prmt_low_halves = 0x5410u, prmt_high_halves = 0x7632u;
 
 struct weight_only_params {
   const void* x;
@@ -51,6 +59,9 @@ template <>
 struct x_traits<__half> {
   static constexpr std::uint32_t magic = 0x64006400u;     // 1024.0 in each half
   static constexpr std::uint32_t magic_s4 = 0x64086408u;  // 1024 + 8: the xor turns signed -8..7 into 0..15
+  static constexpr float bias_u4 = 1024.0f;               // magic's value: subtract it (+ zero point) from 0..15
+  static constexpr float bias_s4 = 1032.0f;               // magic_s4's value less the xor's 8
+  static constexpr std::uint32_t bias_s8 = 0x64806480u;   // 1152.0 in each half: 1024 + the xor's 128
   static __device__ __forceinline__ std::uint32_t sub(std::uint32_t a, std::uint32_t b) {
     __half2 r = __hsub2(*reinterpret_cast<__half2*>(&a), *reinterpret_cast<__half2*>(&b));
     return *reinterpret_cast<std::uint32_t*>(&r);
@@ -70,15 +81,16 @@ struct x_traits<__half> {
   // int8 w (4 in u) -> two pairs, exact: 1024 + (w + 128) - 1152
   static __device__ __forceinline__ void s8x4(std::uint32_t u, std::uint32_t& lo, std::uint32_t& hi) {
     u ^= 0x80808080u;
-    const std::uint32_t bias = 0x64806480u;  // 1152.0 in each half
-    lo = sub(__byte_perm(u, 0x64646464u, 0x4140), bias);
-    hi = sub(__byte_perm(u, 0x64646464u, 0x4342), bias);
+    lo = sub(__byte_perm(u, 0x64646464u, 0x4140), bias_s8);
+    hi = sub(__byte_perm(u, 0x64646464u, 0x4342), bias_s8);
   }
 };
 template <>
 struct x_traits<__nv_bfloat16> {
   static constexpr std::uint32_t magic = 0x43004300u;     // 128.0 in each bf16
   static constexpr std::uint32_t magic_s4 = 0x43084308u;  // 128 + 8
+  static constexpr float bias_u4 = 128.0f;
+  static constexpr float bias_s4 = 136.0f;
   static __device__ __forceinline__ std::uint32_t sub(std::uint32_t a, std::uint32_t b) {
     __nv_bfloat162 r =
         __hsub2(*reinterpret_cast<__nv_bfloat162*>(&a), *reinterpret_cast<__nv_bfloat162*>(&b));
@@ -145,7 +157,7 @@ __device__ __forceinline__ void weight_only_body(const weight_only_params& p) {
   const int s_end = min(total_steps, s_begin + p.steps_per_split);
 
   for (int s = s_begin + warp; s < s_end; s += cfg::warps) {
-    const int k = s * cfg::step_k + tig * cfg::lane_k;
+    const int k = cfg::lane_k_begin(s, tig);
     const bool kv = k < p.k;
     constexpr int xv = cfg::lane_k / 8;  // 16-byte activation loads per row
     uint4 xa[xv], xb[xv];
@@ -176,9 +188,9 @@ __device__ __forceinline__ void weight_only_body(const weight_only_params& p) {
         std::uint32_t zero;
         if (p.zero_point != nullptr) {
           const float zp = nv ? static_cast<float>(p.zero_point[gi]) : 0.0f;
-          zero = xt::splat((std::is_same_v<X, __half> ? 1024.0f : 128.0f) + zp);
+          zero = xt::splat(xt::bias_u4 + zp);
         } else {
-          zero = xt::splat(std::is_same_v<X, __half> ? 1032.0f : 136.0f);
+          zero = xt::splat(xt::bias_s4);
         }
 #pragma unroll
         for (int wi = 0; wi < 4; ++wi) {
@@ -188,16 +200,17 @@ __device__ __forceinline__ void weight_only_body(const weight_only_params& p) {
           for (int q = 0; q < 4; ++q) {
             const std::uint32_t sh = u >> (4 * q);
             const std::uint32_t v = p.zero_point != nullptr
-                                        ? sm80::lop3_and_or(sh, 0x000F000Fu, xt::magic)
-                                        : sm80::lop3_and_xor(sh, 0x000F000Fu, xt::magic_s4);
+                                        ? sm80::lop3_and_or(sh, nibble_pair_mask, xt::magic)
+                                        : sm80::lop3_and_xor(sh, nibble_pair_mask, xt::magic_s4);
             b[q] = xt::mul(xt::sub(v, zero), scale);
           }
 #pragma unroll
           for (int st = 0; st < 2; ++st) {
             const std::uint32_t lo0 = xra[4 * wi + st], hi0 = xra[4 * wi + st + 2];
             const std::uint32_t lo1 = xrb[4 * wi + st], hi1 = xrb[4 * wi + st + 2];
-            const std::uint32_t a[4] = {__byte_perm(lo0, hi0, 0x5410), __byte_perm(lo1, hi1, 0x5410),
-                                        __byte_perm(lo0, hi0, 0x7632), __byte_perm(lo1, hi1, 0x7632)};
+            const std::uint32_t a[4] = {
+                __byte_perm(lo0, hi0, prmt_low_halves), __byte_perm(lo1, hi1, prmt_low_halves),
+                __byte_perm(lo0, hi0, prmt_high_halves), __byte_perm(lo1, hi1, prmt_high_halves)};
             sm80::mma_f16<X>(acc[j], a, b[2 * st], b[2 * st + 1]);
           }
         }
