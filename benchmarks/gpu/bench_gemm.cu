@@ -1,15 +1,19 @@
 // GPU GEMM benchmark: each of our kernels against cuBLASLt on the same shapes in the same run. Self-contained
 // (no Google Benchmark, so it runs on a bare CUDA machine): CUDA events around CUDA-graph replays of many
 // launches, median of the replays, rotating over input sets larger than the L2 so HBM is timed, not the
-// cache.
-//   bench_gpu_gemm [--quick] [--sweep] [--md FILE]
+// cache. Each row is printed as soon as it is measured, so a hang or a kill keeps the rows before it; cases
+// past --budget-s seconds are listed as skipped. The memory roof of the floor column is the device-to-device
+// copy bandwidth measured at the start of the same run.
+//   bench_gpu_gemm [--quick] [--sweep] [--md FILE] [--budget-s S]
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <functional>
@@ -23,7 +27,7 @@ namespace fc = frugal::cuda;
 
 namespace {
 
-constexpr double hbm_bytes_per_s = 4.3e12;  // H200 measured device-to-device (shared/GPU.md)
+double hbm_bytes_per_s = 4.3e12;            // replaced by the copy bandwidth measured in main()
 constexpr double int8_ops_per_s = 1979e12;  // H200 datasheet, dense
 constexpr double f16_ops_per_s = 989e12;
 
@@ -165,12 +169,21 @@ void print_row(FILE* f, const row& r) {
       r.kernel.c_str(), r.m, r.n, r.k, t, r.theirs.median_us, r.theirs.median_us / t, r.bytes / t * 1e-6,
       r.ops / t * 1e-6, fl, 100.0 * fl / t, r.note.c_str());
 }
-void print_table(FILE* f) {
+void print_header(FILE* f) {
   std::fprintf(f,
                "| kernel           |     M |     N |     K |  ours us | cuBLASLt us | speedup | TB/s | TOPS "
                "| floor us | "
                "%%floor | baseline |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+}
+void print_table(FILE* f) {
+  print_header(f);
   for (const row& r : rows) print_row(f, r);
+}
+// Every measured row goes out at once, flushed.
+void add_row(const row& r) {
+  rows.push_back(r);
+  print_row(stdout, r);
+  std::fflush(stdout);
 }
 
 void bench_w8a8(int m, int n, int k, cudaStream_t st, fc::cublaslt_context& lt, bool quick) {
@@ -226,7 +239,7 @@ void bench_w8a8(int m, int n, int k, cudaStream_t st, fc::cublaslt_context& lt, 
     g.theirs = time_launches(
         [&](int s, cudaStream_t t) { return static_cast<bool>(base.run_gemm(args(s), t)); }, sets, st, quick);
   g.note += ov.tag;
-  rows.push_back(g);
+  add_row(g);
   if (!ov.baseline) return;
   row e{"w8a8 end2end",         m, n, k, {}, {}, double(x_b + b_b + c_b), 2.0 * m * n * k, int8_ops_per_s,
         "quant+LT int8+dequant"};
@@ -235,41 +248,44 @@ void bench_w8a8(int m, int n, int k, cudaStream_t st, fc::cublaslt_context& lt, 
   if (lt_ok)
     e.theirs = time_launches(
         [&](int s, cudaStream_t t) { return fc::run(quant(s), t) && base.run(args(s), t); }, sets, st, quick);
-  rows.push_back(e);
+  add_row(e);
 }
 
-void bench_f16(int m, int n, int k, cudaStream_t st, fc::cublaslt_context& lt, bool quick) {
+void bench_f16(int m, int n, int k, cudaStream_t st, fc::cublaslt_context& lt, bool quick, bool bf16 = false) {
+  const fc::dtype t = bf16 ? fc::dtype::bf16 : fc::dtype::f16;
   const std::size_t a_e = std::size_t(m) * k, b_e = std::size_t(n) * k, c_e = std::size_t(m) * n;
   const int sets = sets_for(2 * (a_e + b_e + c_e));
   std::vector<blob> a, b, c;
   for (int s = 0; s < sets; ++s) {
-    a.emplace_back(a_e, 23u * s + 1, false);
-    b.emplace_back(b_e, 29u * s + 2, false);
+    a.emplace_back(a_e, 23u * s + 1, bf16);
+    b.emplace_back(b_e, 29u * s + 2, bf16);
     c.emplace_back(c_e * 2, 31u * s + 3);
   }
   auto args = [&](int s) {
     return fc::gemm_f16_arguments{.m = m,
                                   .n = n,
                                   .k = k,
+                                  .ab_type = t,
                                   .a = a[s].data(),
                                   .lda = k,
                                   .b = b[s].data(),
                                   .ldb = k,
                                   .c = c[s].data(),
                                   .ldc = n,
-                                  .c_type = fc::dtype::f16,
+                                  .c_type = t,
                                   .tile = ov.tile};
   };
   fc::cublaslt_gemm_f16 base;
   const fc::status bs = base.initialize(lt, args(0));
-  row r{"f16 gemm", m, n, k, {}, {}, 2.0 * (a_e + b_e + c_e), 2.0 * m * n * k, f16_ops_per_s, "LT f16"};
+  row r{bf16 ? "bf16 gemm" : "f16 gemm", m, n, k, {}, {}, 2.0 * (a_e + b_e + c_e), 2.0 * m * n * k,
+        f16_ops_per_s, bf16 ? "LT bf16" : "LT f16"};
   r.ours = time_launches([&](int s, cudaStream_t t) { return static_cast<bool>(fc::run(args(s), t)); }, sets,
                          st, quick);
   r.note += ov.tag;
   if (bs && ov.baseline)
     r.theirs = time_launches([&](int s, cudaStream_t t) { return static_cast<bool>(base.run(args(s), t)); },
                              sets, st, quick);
-  rows.push_back(r);
+  add_row(r);
 }
 
 void bench_weight_only(bool int4, int m, int n, int k, cudaStream_t st, fc::cublaslt_context& lt,
@@ -373,13 +389,21 @@ void bench_weight_only(bool int4, int m, int n, int k, cudaStream_t st, fc::cubl
   if (bs && ov.baseline)
     r.theirs = time_launches([&](int s, cudaStream_t t) { return static_cast<bool>(base.run(largs(s), t)); },
                              lt_sets, st, quick);
-  rows.push_back(r);
+  add_row(r);
 }
 
 // A failed case (an exception from a CUDA call) is reported and the run goes on, so the table is still
-// printed.
+// printed. Past the time budget, cases are listed as skipped instead of run.
+double budget_s = 1e9;
+std::chrono::steady_clock::time_point started;
+int skipped_cases = 0;
 template <class F>
 void guarded(F&& f) {
+  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  if (elapsed > budget_s) {
+    ++skipped_cases;
+    return;
+  }
   try {
     f();
   } catch (const std::exception& e) {
@@ -410,7 +434,9 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--quick")) quick = true;
     if (!std::strcmp(argv[i], "--sweep")) sweep = true;
     if (!std::strcmp(argv[i], "--md") && i + 1 < argc) md = argv[++i];
+    if (!std::strcmp(argv[i], "--budget-s") && i + 1 < argc) budget_s = std::atof(argv[++i]);
   }
+  started = std::chrono::steady_clock::now();
   if (fc::device_count() == 0) {
     std::printf("SKIPPED GPU benchmark: %s\n", fc::no_device_reason().c_str());
     return 0;
@@ -427,6 +453,9 @@ int main(int argc, char** argv) {
   std::printf("device: %s (sm_%d%d, %d SMs, L2 %d MB), driver %d, runtime %d; D2D copy %.2f TB/s\n",
               prop.name, prop.major, prop.minor, prop.multiProcessorCount, prop.l2CacheSize >> 20, driver,
               runtime, copy_bw * 1e-12);
+  if (copy_bw > 0) hbm_bytes_per_s = copy_bw;
+  std::printf("copy roof: %.2f TB/s (1 GiB device-to-device, read + write bytes)\n\n", hbm_bytes_per_s * 1e-12);
+  print_header(stdout);
   std::fflush(stdout);
 
   if (sweep) {
@@ -464,6 +493,7 @@ int main(int argc, char** argv) {
     }
     std::printf("\nsweep (ours only)\n\n");
     print_table(stdout);
+    if (skipped_cases > 0) std::printf("\nSKIPPED %d cases: past the --budget-s %.0f s budget\n", skipped_cases, budget_s);
     if (md) {
       if (FILE* f = std::fopen(md, "w")) {
         print_table(f);
@@ -474,26 +504,26 @@ int main(int argc, char** argv) {
   }
 
   const int big[] = {4096, 8192};
-  for (int s : big) guarded([&] { bench_w8a8(s, s, s, stream, lt, quick); });
-  for (int m : {1, 2, 4, 8, 16}) guarded([&] { bench_w8a8(m, 8192, 8192, stream, lt, quick); });
-  for (int s : big) guarded([&] { bench_f16(s, s, s, stream, lt, quick); });
-  for (int m : {1, 4, 16}) guarded([&] { bench_f16(m, 8192, 8192, stream, lt, quick); });
+  for (int sz : big) guarded([&] { bench_w8a8(sz, sz, sz, stream, lt, quick); });
+  for (int sz : big) guarded([&] { bench_f16(sz, sz, sz, stream, lt, quick); });
+  for (int sz : big) guarded([&] { bench_f16(sz, sz, sz, stream, lt, quick, true); });
+  for (int m : {1, 16, 64}) guarded([&] { bench_w8a8(m, 8192, 8192, stream, lt, quick); });
+  for (int m : {1, 16, 64}) guarded([&] { bench_f16(m, 8192, 8192, stream, lt, quick); });
   for (bool int4 : {false, true})
-    for (int m : {1, 4, 16, 64}) {
-      guarded([&] { bench_weight_only(int4, m, 8192, 8192, stream, lt, quick); });
-      guarded([&] { bench_weight_only(int4, m, 4096, 14336, stream, lt, quick); });
-    }
+    for (int m : {1, 16, 64}) guarded([&] { bench_weight_only(int4, m, 8192, 8192, stream, lt, quick); });
+  for (bool int4 : {false, true}) guarded([&] { bench_weight_only(int4, 1, 4096, 14336, stream, lt, quick); });
   // Last: were the new kernel to fault, the sticky CUDA error would only lose these rows.
   if (prop.major == 9 && prop.minor == 0) {
     ov.tile = fc::gemm_tile::wgmma_sm90;
     ov.tag = " [wgmma sm_90a]";
-    for (int s : big) guarded([&] { bench_w8a8(s, s, s, stream, lt, quick); });
-    for (int s : big) guarded([&] { bench_f16(s, s, s, stream, lt, quick); });
+    for (int sz : big) guarded([&] { bench_w8a8(sz, sz, sz, stream, lt, quick); });
+    for (int sz : big) guarded([&] { bench_f16(sz, sz, sz, stream, lt, quick); });
+    for (int sz : big) guarded([&] { bench_f16(sz, sz, sz, stream, lt, quick, true); });
     ov = overrides{};
   }
   std::printf(
-      "\nfloor = max(bytes / %.1f TB/s, 2MNK / datasheet peak (int8 %.0f, fp16 %.0f TOPS)); speedup = "
-      "cuBLASLt time / ours\n\n",
+      "\nfloor = max(bytes / %.2f TB/s (measured copy), 2MNK / datasheet peak (int8 %.0f, fp16 %.0f TOPS)); "
+      "speedup = cuBLASLt time / ours\n\n",
       hbm_bytes_per_s * 1e-12, int8_ops_per_s * 1e-12, f16_ops_per_s * 1e-12);
   print_table(stdout);
   if (md) {
@@ -504,6 +534,7 @@ int main(int argc, char** argv) {
       std::fclose(f);
     }
   }
+  if (skipped_cases > 0) std::printf("\nSKIPPED %d cases: past the --budget-s %.0f s budget\n", skipped_cases, budget_s);
   if (failed) std::printf("\nSOME LAUNCHES FAILED (see stderr)\n");
   return failed ? 1 : 0;
 }

@@ -1,7 +1,8 @@
 #pragma once
 
-// Picks our kernel or cuBLASLt per call. The default table is in choose(); it encodes the measured crossovers
-// in benchmarks/RESULTS.md (section cuda) and is provisional until those measurements exist there.
+// Picks our kernel or cuBLASLt per call. The default table is in choose().
+// Its thresholds were written down before any GPU run (benchmarks/RESULTS.md, section cuda); the first run's table
+// replaces them.
 #include <cuda_runtime.h>
 
 #include <cstdint>
