@@ -242,6 +242,23 @@ class ledger {
     s.add(tag.value * stride_ + detail::f_saved_explicit, static_cast<std::uint64_t>(saved.count()));
   }
 
+  /// @brief Records a hit in a shared cache tier (e.g. Redis) that took `latency`: a cache hit that saved
+  /// an average miss of this tag, counted apart as a remote hit with its latency.
+  void record_remote_hit(tag_id tag, std::chrono::nanoseconds latency) {
+    check_tag(tag, "record_remote_hit");
+    if (latency.count() < 0)
+      throw std::invalid_argument("frugal::cost::ledger::record_remote_hit: latency must not be negative");
+    detail::stripe& s = local_stripe();
+    s.add(tag.value * stride_ + detail::f_hits_implicit, 1);
+    s.add(tag.value * stride_ + detail::f_remote_hits, 1);
+    s.add(tag.value * stride_ + detail::f_remote_latency_sum, static_cast<std::uint64_t>(latency.count()));
+  }
+  /// @brief Records a shared cache tier's fault (down, slow, an error) that fell back to the model.
+  void record_remote_fault(tag_id tag) {
+    check_tag(tag, "record_remote_fault");
+    local_stripe().add(tag.value * stride_ + detail::f_remote_faults, 1);
+  }
+
   /// @brief Records a model load on a device that took `duration` (overhead: paid, not serving).
   void record_model_load(std::size_t device, std::chrono::nanoseconds duration) {
     check_device(device, "record_model_load");

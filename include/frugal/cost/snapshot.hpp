@@ -115,6 +115,9 @@ struct tag_figures {
   double cache_hit_ratio = 0;  ///< cache hits over requests
   std::chrono::nanoseconds cache_saved_time{0};
   money cache_saved{};
+  std::uint64_t remote_hits = 0;                ///< of cache_hits, those served by a shared tier (Redis)
+  std::chrono::nanoseconds remote_latency{0};   ///< summed latency of those remote hits
+  std::uint64_t remote_faults = 0;              ///< shared-tier faults that fell back to the model
   batch_model model{};
   std::chrono::nanoseconds batching_saved_time{0};  ///< b·(items − batches): fixed costs not paid per request
   money batching_saved{};
@@ -157,6 +160,9 @@ enum field : std::size_t {
   f_hits_explicit,
   f_saved_explicit,
   f_hits_implicit,
+  f_remote_hits,
+  f_remote_latency_sum,
+  f_remote_faults,
   f_fixed_count,
 };
 enum device_field : std::size_t { d_load, d_loads, d_unloads, d_field_count };
@@ -298,6 +304,9 @@ inline void count_figures(tag_figures& t, const std::array<std::uint64_t, f_fixe
                                             int128(c[f_busy]) * c[f_hits_implicit], int128(c[f_items])))
                                       : 0;
   t.cache_saved_time = nanoseconds(static_cast<std::int64_t>(c[f_saved_explicit] + implicit));
+  t.remote_hits = c[f_remote_hits];
+  t.remote_latency = nanoseconds(static_cast<std::int64_t>(c[f_remote_latency_sum]));
+  t.remote_faults = c[f_remote_faults];
   t.model = fit_batch_model(c);
   // With least squares the residuals sum to zero, so the busy time paid equals a·items + b·batches, and
   // running each request alone, items·(a + b), would have cost b·(items − batches) more.
