@@ -58,7 +58,7 @@ case "${1:-}" in
     ;;
   test)
     # clang and its runtime for the libFuzzer stage, prometheus for promtool (the Prometheus export check).
-    need_packages clang libclang-rt-14-dev prometheus libutf8proc-dev python3-pip fortunes
+    need_packages clang libclang-rt-14-dev prometheus libutf8proc-dev python3-pip fortunes libhiredis-dev redis-server
     fetch_model
     start=$(date +%s)
     stage() {
