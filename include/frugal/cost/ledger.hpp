@@ -388,9 +388,12 @@ class ledger {
                               std::to_string(t.value) + " was not returned by tag()");
   }
   static void check_duration(std::chrono::nanoseconds d, const char* fn, const char* what) {
-    if (d.count() < 0 || d > max_record_duration)
+    if (d.count() < 0)
+      throw std::invalid_argument(std::string("frugal::cost::ledger::") + fn + ": " + what +
+                                  " must not be negative");
+    if (d > max_record_duration)
       throw std::invalid_argument(std::string("frugal::cost::ledger::") + fn + ": " + what + " = " +
-                                  std::to_string(d.count()) + " ns is outside 0..max_record_duration (24h)");
+                                  std::to_string(d.count()) + " ns is over max_record_duration (24h)");
   }
   void check_device(std::size_t d, const char* fn) const {
     if (d >= options_.devices.size())
