@@ -567,3 +567,96 @@ TEST_CASE("advisors: batch window from arrival rate, fitted model and latency ta
   CHECK(a.feasible);
   CHECK_THROWS_AS(fc::advise_batch_window(s, "nope", 1s), std::invalid_argument);
 }
+
+namespace {
+fc::ledger_options one_device() {
+  return {.prices = {{.gpu_class = "A100", .on_demand = fc::rate::per_hour(money::parse("$3.60"))}},
+          .devices = {{.gpu_class = "A100"}}};
+}
+}  // namespace
+
+TEST_CASE("ledger hardening: a duration beyond max_record_duration is refused and never poisons snapshot()") {
+  frugal::manual_clock clock;
+  fc::ledger<frugal::manual_clock> l(one_device(), clock);
+  const auto t = l.tag("chat");
+  const auto huge = std::chrono::nanoseconds(INT64_MAX);
+  CHECK_THROWS_WITH_AS(l.record_batch({.tag = t, .busy = huge}), doctest::Contains("busy"),
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(l.record_request(t, huge), doctest::Contains("latency"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(l.record_cache_hit(t, huge), doctest::Contains("saved"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(l.record_model_load(0, huge), doctest::Contains("duration"), std::invalid_argument);
+  // The longest accepted duration, many times over, still gives a snapshot with monotone figures.
+  std::uint64_t last = 0;
+  for (int i = 0; i < 50; ++i) {
+    l.record_batch({.tag = t, .busy = fc::max_record_duration, .batch_size = UINT32_MAX});
+    clock.advance(std::chrono::hours(24));
+    const auto s = l.snapshot();
+    const auto busy = static_cast<std::uint64_t>(s.tags[0].busy.count());
+    CHECK(busy >= last);
+    last = busy;
+  }
+  CHECK(last == 50 * static_cast<std::uint64_t>(fc::max_record_duration.count()));
+}
+
+TEST_CASE("ledger hardening: coordinated-omission correction is bounded by the histogram, not latency/interval") {
+  auto o = one_device();
+  o.expected_interval = 1ns;
+  fc::ledger<> l(o);
+  const auto t = l.tag("chat");
+  // Once per missed interval this would be 8.64e13 iterations; bucket by bucket it is instant.
+  l.record_request(t, fc::max_record_duration);
+  const auto s = l.snapshot();
+  const std::uint64_t v = static_cast<std::uint64_t>(fc::max_record_duration.count());
+  CHECK(s.tags[0].latency_histogram.count == v - 1 + 1);  // v itself and v-1 .. 1
+  CHECK(s.tags[0].latency_histogram.sum == UINT64_MAX);   // v·(v+1)/2 saturates
+  frugal::cost::log_linear_histogram h(5000);
+  h.record_corrected(10000, 3);  // 10000, 9997, ..., 4: values above 5000 clamp
+  std::uint64_t want_sum = 0, want_clamped = 0;
+  for (std::uint64_t x = 10000;; x -= 3) {
+    want_sum += x;
+    if (x > 5000) ++want_clamped;
+    if (x < 6) break;
+  }
+  const auto hs = h.snapshot();
+  CHECK(hs.count == 3333);
+  CHECK(hs.sum == want_sum);
+  CHECK(h.clamped() == want_clamped);
+}
+
+TEST_CASE("ledger hardening: NaN and infinite thresholds are refused, naming the field") {
+  const double bad[] = {std::nan(""), INFINITY, -INFINITY, -0.5};
+  for (double v : bad) {
+    auto o = one_device();
+    o.alerts.utilization_low = v;
+    CHECK_THROWS_WITH_AS(fc::ledger<>{o}, doctest::Contains("alerts.utilization_low"), std::invalid_argument);
+    o = one_device();
+    o.alerts.utilization_high = v;
+    CHECK_THROWS_WITH_AS(fc::ledger<>{o}, doctest::Contains("alerts.utilization_high"), std::invalid_argument);
+    o = one_device();
+    o.alerts.memory_high = v;
+    CHECK_THROWS_WITH_AS(fc::ledger<>{o}, doctest::Contains("alerts.memory_high"), std::invalid_argument);
+    o = one_device();
+    o.alerts.queue_high = v;
+    CHECK_THROWS_WITH_AS(fc::ledger<>{o}, doctest::Contains("alerts.queue_high"), std::invalid_argument);
+  }
+  auto o = one_device();
+  o.alerts.p99_max = -1ms;
+  CHECK_THROWS_WITH_AS(fc::ledger<>{o}, doctest::Contains("alerts.p99_max"), std::invalid_argument);
+  CHECK(fc::detail::json_num(INFINITY) == "null");
+  CHECK(fc::detail::json_num(std::nan("")) == "null");
+}
+
+TEST_CASE("ledger hardening: tags and device names that are not printable UTF-8 are refused") {
+  fc::ledger<> l(one_device());
+  CHECK_THROWS_WITH_AS(l.tag("bad\xff"), doctest::Contains("UTF-8"), std::invalid_argument);
+  CHECK_THROWS_AS(l.tag("\xc0\xaf"), std::invalid_argument);       // overlong '/'
+  CHECK_THROWS_AS(l.tag("\xed\xa0\x80"), std::invalid_argument);   // a surrogate
+  CHECK_THROWS_AS(l.tag("cut\xe2\x82"), std::invalid_argument);    // truncated
+  CHECK_THROWS_AS(l.tag("line\nbreak"), std::invalid_argument);
+  CHECK(l.tag("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80").value == 0);
+  auto o = one_device();
+  o.devices[0].name = "gpu\x01";
+  CHECK_THROWS_WITH_AS(fc::ledger<>{o}, doctest::Contains("devices[0]"), std::invalid_argument);
+  const std::string json = fc::to_json(l.snapshot());
+  CHECK(json.find("caf\xc3\xa9") != std::string::npos);
+}

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <initializer_list>
@@ -25,6 +26,8 @@ inline std::string num(double v) {
   if (std::strtod(buf, nullptr) != v) std::snprintf(buf, sizeof buf, "%.17g", v);
   return buf;
 }
+// JSON has no infinity or NaN: a non-finite figure is written as null rather than as an unparseable token.
+inline std::string json_num(double v) { return std::isfinite(v) ? num(v) : "null"; }
 inline std::string seconds(std::chrono::nanoseconds d) {
   // Exact decimal seconds from integer nanoseconds, as money prints its nano-units.
   return money::from_nanos(d.count()).to_decimal();
@@ -253,12 +256,12 @@ inline std::string to_json(const ledger_snapshot& s) {
          ",\"tokens_in\":" + std::to_string(t.tokens_in) + ",\"tokens_out\":" + std::to_string(t.tokens_out) +
          ",\"busy_seconds\":" + sec(t.busy) + ",\"busy_cost\":" + m(t.busy_cost) +
          ",\"idle_share\":" + m(t.idle_share) + ",\"cost\":" + m(t.cost) +
-         ",\"cost_per_request\":" + m(t.cost_per_request) + ",\"mean_batch_size\":" + num(t.mean_batch_size) +
-         ",\"fill\":" + num(t.fill) + ",\"cache_hits\":" + std::to_string(t.cache_hits) +
-         ",\"cache_hit_ratio\":" + num(t.cache_hit_ratio) +
+         ",\"cost_per_request\":" + m(t.cost_per_request) + ",\"mean_batch_size\":" + detail::json_num(t.mean_batch_size) +
+         ",\"fill\":" + detail::json_num(t.fill) + ",\"cache_hits\":" + std::to_string(t.cache_hits) +
+         ",\"cache_hit_ratio\":" + detail::json_num(t.cache_hit_ratio) +
          ",\"cache_saved_seconds\":" + sec(t.cache_saved_time) + ",\"cache_saved\":" + m(t.cache_saved) +
          ",\"batch_model\":{\"valid\":" + (t.model.valid ? "true" : "false") +
-         ",\"a_seconds\":" + num(t.model.a_ns / 1e9) + ",\"b_seconds\":" + num(t.model.b_ns / 1e9) +
+         ",\"a_seconds\":" + detail::json_num(t.model.a_ns / 1e9) + ",\"b_seconds\":" + detail::json_num(t.model.b_ns / 1e9) +
          "},\"batching_saved_seconds\":" + sec(t.batching_saved_time) +
          ",\"batching_saved\":" + m(t.batching_saved) +
          ",\"latency_seconds\":{\"p50\":" + sec(t.latency.p50) + ",\"p90\":" + sec(t.latency.p90) +
@@ -270,7 +273,7 @@ inline std::string to_json(const ledger_snapshot& s) {
                   ",\"at_seconds\":" + sec(s.at) + ",\"total_cost\":" + m(s.total_cost) +
                   ",\"busy_cost\":" + m(s.busy_cost) + ",\"overhead_cost\":" + m(s.overhead_cost) +
                   ",\"idle_cost\":" + m(s.idle_cost) + ",\"unallocated_idle\":" + m(s.unallocated_idle) +
-                  ",\"utilization\":" + num(s.utilization) +
+                  ",\"utilization\":" + detail::json_num(s.utilization) +
                   ",\"idle_sharing\":" + json_escape(sharing[static_cast<int>(s.share)]) + ",\"features\":[";
   for (std::size_t i = 0; i < s.tags.size(); ++i) o += (i ? "," : "") + tag(s.tags[i]);
   o += "],\"total\":" + tag(s.total) + ",\"devices\":[";
@@ -281,12 +284,12 @@ inline std::string to_json(const ledger_snapshot& s) {
          ",\"hourly_price\":" +
          m(d.price.unit() == rate_unit::hour ? d.price.price() : d.price.price() * 3600) +
          ",\"busy_seconds\":" + sec(d.busy) + ",\"load_seconds\":" + sec(d.load) +
-         ",\"idle_seconds\":" + sec(d.idle) + ",\"utilization\":" + num(d.utilization) +
+         ",\"idle_seconds\":" + sec(d.idle) + ",\"utilization\":" + detail::json_num(d.utilization) +
          ",\"paid\":" + m(d.paid) + ",\"busy_cost\":" + m(d.busy_cost) +
          ",\"overhead_cost\":" + m(d.overhead_cost) + ",\"idle_cost\":" + m(d.idle_cost) +
          ",\"model_loads\":" + std::to_string(d.model_loads) +
          ",\"model_unloads\":" + std::to_string(d.model_unloads) +
-         ",\"memory_fraction\":" + (d.memory_fraction ? num(*d.memory_fraction) : "null") + "}";
+         ",\"memory_fraction\":" + (d.memory_fraction ? detail::json_num(*d.memory_fraction) : "null") + "}";
   }
   o += "],\"queue\":";
   o += s.queue ? "{\"depth\":" + std::to_string(s.queue->first) +
@@ -296,8 +299,8 @@ inline std::string to_json(const ledger_snapshot& s) {
   for (std::size_t i = 0; i < s.alerts.size(); ++i) {
     const alert& a = s.alerts[i];
     o += std::string(i ? "," : "") + "{\"check\":" + json_escape(a.check) +
-         ",\"subject\":" + json_escape(a.subject) + ",\"value\":" + num(a.value) +
-         ",\"threshold\":" + num(a.threshold) + ",\"message\":" + json_escape(a.message) + "}";
+         ",\"subject\":" + json_escape(a.subject) + ",\"value\":" + detail::json_num(a.value) +
+         ",\"threshold\":" + detail::json_num(a.threshold) + ",\"message\":" + json_escape(a.message) + "}";
   }
   return o + "]}";
 }

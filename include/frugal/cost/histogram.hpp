@@ -14,6 +14,9 @@
 
 FRUGAL_BEGIN_NAMESPACE
 namespace cost {
+namespace detail {
+__extension__ typedef unsigned __int128 uint128;
+}  // namespace detail
 
 /// @brief A read-only copy of a histogram: the non-empty buckets in index order, their count and exact sum.
 /// Percentiles are nearest-rank and report the middle of the bucket that holds the rank, so the error is at
@@ -134,10 +137,34 @@ class log_linear_histogram {
   /// v - 2·interval, ... down to `interval`: the requests a stalled closed-loop client did not send.
   void record_corrected(std::uint64_t v, std::uint64_t expected_interval) noexcept {
     record(v);
-    if (expected_interval == 0 || v <= expected_interval) return;
-    for (std::uint64_t missing = v - expected_interval; missing >= expected_interval;
-         missing -= expected_interval)
-      record(missing);
+    sum_.fetch_add(count_series(v, expected_interval), std::memory_order_relaxed);
+  }
+
+  /// @brief Counts v - step, v - 2·step, ... down to `step` (not into sum()) and returns their sum, saturated
+  /// at 2^64 - 1. The work is bounded by the buckets the series spans, never by its length.
+  std::uint64_t count_series(std::uint64_t v, std::uint64_t step) noexcept {
+    if (step == 0 || v <= step) return 0;
+    const std::uint64_t m = v / step - 1;  // the number of values, all >= step
+    std::uint64_t left = m;
+    std::uint64_t x = v - step;
+    while (left != 0) {
+      std::uint64_t c;
+      if (x > highest_) {
+        c = std::min(left, (x - highest_ - 1) / step + 1);
+        counts_[size_ - 1].fetch_add(c, std::memory_order_relaxed);
+        clamped_.fetch_add(c, std::memory_order_relaxed);
+      } else {
+        const std::uint32_t b = histogram_snapshot::bucket_of(x);
+        c = std::min(left, (x - histogram_snapshot::bucket_lowest(b)) / step + 1);
+        counts_[b].fetch_add(c, std::memory_order_relaxed);
+      }
+      left -= c;
+      if (left != 0) x -= c * step;
+    }
+    // The sum of v - k·step for k = 1..m, exactly, in 128 bits.
+    const detail::uint128 total =
+        detail::uint128(m) * v - detail::uint128(step) * m * (detail::uint128(m) + 1) / 2;
+    return total > UINT64_MAX ? UINT64_MAX : static_cast<std::uint64_t>(total);
   }
 
   /// @brief A consistent-enough copy: exact once recording threads have stopped (e.g. joined).

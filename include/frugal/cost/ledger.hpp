@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -25,6 +26,10 @@ struct tag_id {
   std::uint32_t value = UINT32_MAX;
   friend constexpr bool operator==(tag_id, tag_id) = default;
 };
+
+/// @brief The longest duration one record may carry (busy, latency, saved, load): a day. Longer ones are
+/// rejected as bad input, which keeps every sum far from overflow (and sums saturate regardless).
+inline constexpr std::chrono::nanoseconds max_record_duration = std::chrono::hours(24);
 
 /// @brief Options of a ledger.
 struct ledger_options {
@@ -59,6 +64,42 @@ struct batch_record {
 
 namespace detail {
 
+// Counters saturate instead of wrapping: a Prometheus counter must never go down.
+inline constexpr std::uint64_t add_sat(std::uint64_t a, std::uint64_t b) noexcept {
+  return b > UINT64_MAX - a ? UINT64_MAX : a + b;
+}
+inline constexpr std::uint64_t mul_sat(std::uint64_t a, std::uint64_t b) noexcept {
+  return a != 0 && b > UINT64_MAX / a ? UINT64_MAX : a * b;
+}
+
+// Names become Prometheus label values and JSON strings, which must be valid UTF-8 without control characters.
+inline bool printable_utf8(std::string_view s) noexcept {
+  for (std::size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c < 0x20 || c == 0x7f) return false;
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    std::size_t n;
+    std::uint32_t cp;
+    if ((c & 0xe0) == 0xc0) n = 1, cp = c & 0x1fu;
+    else if ((c & 0xf0) == 0xe0) n = 2, cp = c & 0x0fu;
+    else if ((c & 0xf8) == 0xf0) n = 3, cp = c & 0x07u;
+    else return false;
+    if (i + n >= s.size()) return false;
+    for (std::size_t k = 1; k <= n; ++k) {
+      const auto d = static_cast<unsigned char>(s[i + k]);
+      if ((d & 0xc0) != 0x80) return false;
+      cp = (cp << 6) | (d & 0x3fu);
+    }
+    static constexpr std::uint32_t least[] = {0, 0x80, 0x800, 0x10000};
+    if (cp < least[n] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return false;
+    i += n + 1;
+  }
+  return true;
+}
+
 struct stripe {
   explicit stripe(std::size_t n) : c(std::make_unique<std::atomic<std::uint64_t>[]>(n + 16)) {}
   // One writer (the owning thread) per stripe: a load and a store, no read-modify-write, keep recording
@@ -66,7 +107,7 @@ struct stripe {
   // stripe's allocation off this one's last cache line.
   void add(std::size_t i, std::uint64_t v) noexcept {
     auto& a = c[i];
-    a.store(a.load(std::memory_order_relaxed) + v, std::memory_order_relaxed);
+    a.store(add_sat(a.load(std::memory_order_relaxed), v), std::memory_order_relaxed);
   }
   std::unique_ptr<std::atomic<std::uint64_t>[]> c;
 };
@@ -110,6 +151,25 @@ class ledger {
       throw std::invalid_argument(std::string(who) + "expected_interval must not be negative");
     if (options_.latency_highest < std::chrono::microseconds(3))
       throw std::invalid_argument(std::string(who) + "latency_highest must be at least 3us");
+    const thresholds& th = options_.alerts;
+    const std::pair<const char*, double> ratios[] = {{"utilization_low", th.utilization_low},
+                                                     {"utilization_high", th.utilization_high},
+                                                     {"memory_high", th.memory_high},
+                                                     {"queue_high", th.queue_high}};
+    for (const auto& [name, v] : ratios)
+      if (!std::isfinite(v) || v < 0)
+        throw std::invalid_argument(std::string(who) + "alerts." + name + " must be finite and >= 0, not " +
+                                    std::to_string(v));
+    const std::pair<const char*, std::chrono::nanoseconds> spans[] = {
+        {"utilization_window", th.utilization_window}, {"memory_window", th.memory_window},
+        {"p99_max", th.p99_max}};
+    for (const auto& [name, v] : spans)
+      if (v.count() < 0)
+        throw std::invalid_argument(std::string(who) + "alerts." + name + " must not be negative");
+    for (std::size_t d = 0; d < options_.devices.size(); ++d)
+      if (!detail::printable_utf8(options_.devices[d].name) || !detail::printable_utf8(options_.devices[d].gpu_class))
+        throw std::invalid_argument(std::string(who) + "devices[" + std::to_string(d) +
+                                    "]: name and gpu_class must be valid UTF-8 without control characters");
     auto cfg = std::make_shared<detail::ledger_config>();
     cfg->devices = options_.devices;
     cfg->share = options_.share_idle;
@@ -151,6 +211,9 @@ class ledger {
   /// @brief The id of tag `name`, interning it on first use; throws std::length_error past options.max_tags.
   tag_id tag(std::string_view name) {
     if (name.empty()) throw std::invalid_argument("frugal::cost::ledger::tag: a tag name must not be empty");
+    if (!detail::printable_utf8(name))
+      throw std::invalid_argument(
+          "frugal::cost::ledger::tag: a tag name must be valid UTF-8 without control characters");
     std::lock_guard lock(mutex_);
     const std::uint32_t n = tag_count_.load(std::memory_order_relaxed);
     for (std::uint32_t i = 0; i < n; ++i)
@@ -178,8 +241,7 @@ class ledger {
   void record_batch(const batch_record& b) {
     check_tag(b.tag, "record_batch");
     check_device(b.device, "record_batch");
-    if (b.busy.count() < 0)
-      throw std::invalid_argument("frugal::cost::ledger::record_batch: busy must not be negative");
+    check_duration(b.busy, "record_batch", "busy");
     if (b.batch_size == 0)
       throw std::invalid_argument("frugal::cost::ledger::record_batch: batch_size must be > 0");
     if (b.capacity != 0 && b.capacity < b.batch_size)
@@ -198,7 +260,7 @@ class ledger {
     if (b.tokens_in) s.add(base + detail::f_tokens_in, b.tokens_in);
     if (b.tokens_out) s.add(base + detail::f_tokens_out, b.tokens_out);
     s.add(base + detail::f_sum_n2, n * n);
-    s.add(base + detail::f_sum_nt, n * t);
+    s.add(base + detail::f_sum_nt, detail::mul_sat(n, t));
     s.add(base + detail::f_busy, t);
     s.add(base + detail::f_fixed_count + b.device, t);
   }
@@ -206,8 +268,7 @@ class ledger {
   /// @brief Records one request's end-to-end latency and how it ended.
   void record_request(tag_id tag, std::chrono::nanoseconds latency, outcome o = outcome::ok) {
     check_tag(tag, "record_request");
-    if (latency.count() < 0)
-      throw std::invalid_argument("frugal::cost::ledger::record_request: latency must not be negative");
+    check_duration(latency, "record_request", "latency");
     if (static_cast<std::size_t>(o) >= outcome_count)
       throw std::invalid_argument("frugal::cost::ledger::record_request: unknown outcome");
     detail::stripe& s = local_stripe();
@@ -215,14 +276,10 @@ class ledger {
     const auto ns = static_cast<std::uint64_t>(latency.count());
     log_linear_histogram& h = *tags_[tag.value].hist;
     h.count_only(ns);
-    std::uint64_t sum = ns;
-    // The coordinated-omission correction, as log_linear_histogram::record_corrected, with the sum kept here.
-    const auto interval = static_cast<std::uint64_t>(options_.expected_interval.count());
-    if (interval != 0 && ns > interval)
-      for (std::uint64_t missing = ns - interval; missing >= interval; missing -= interval) {
-        h.count_only(missing);
-        sum += missing;
-      }
+    // The coordinated-omission correction, as log_linear_histogram::record_corrected, with the sum kept here;
+    // its work is bounded by the histogram's buckets, not by latency / interval.
+    const std::uint64_t sum =
+        detail::add_sat(ns, h.count_series(ns, static_cast<std::uint64_t>(options_.expected_interval.count())));
     s.add(base + detail::f_outcome0 + static_cast<std::size_t>(o), 1);
     s.add(base + detail::f_latency_sum, sum);
   }
@@ -235,8 +292,7 @@ class ledger {
   /// @brief Records a cache hit that saved `saved` of GPU time.
   void record_cache_hit(tag_id tag, std::chrono::nanoseconds saved) {
     check_tag(tag, "record_cache_hit");
-    if (saved.count() < 0)
-      throw std::invalid_argument("frugal::cost::ledger::record_cache_hit: saved must not be negative");
+    check_duration(saved, "record_cache_hit", "saved");
     detail::stripe& s = local_stripe();
     s.add(tag.value * stride_ + detail::f_hits_explicit, 1);
     s.add(tag.value * stride_ + detail::f_saved_explicit, static_cast<std::uint64_t>(saved.count()));
@@ -246,8 +302,7 @@ class ledger {
   /// an average miss of this tag, counted apart as a remote hit with its latency.
   void record_remote_hit(tag_id tag, std::chrono::nanoseconds latency) {
     check_tag(tag, "record_remote_hit");
-    if (latency.count() < 0)
-      throw std::invalid_argument("frugal::cost::ledger::record_remote_hit: latency must not be negative");
+    check_duration(latency, "record_remote_hit", "latency");
     detail::stripe& s = local_stripe();
     s.add(tag.value * stride_ + detail::f_hits_implicit, 1);
     s.add(tag.value * stride_ + detail::f_remote_hits, 1);
@@ -262,8 +317,7 @@ class ledger {
   /// @brief Records a model load on a device that took `duration` (overhead: paid, not serving).
   void record_model_load(std::size_t device, std::chrono::nanoseconds duration) {
     check_device(device, "record_model_load");
-    if (duration.count() < 0)
-      throw std::invalid_argument("frugal::cost::ledger::record_model_load: duration must not be negative");
+    check_duration(duration, "record_model_load", "duration");
     detail::stripe& s = local_stripe();
     const std::size_t base = options_.max_tags * stride_ + device * detail::d_field_count;
     s.add(base + detail::d_load, static_cast<std::uint64_t>(duration.count()));
@@ -310,7 +364,7 @@ class ledger {
     const std::size_t nd = options_.devices.size();
     std::vector<std::uint64_t> sum(counters_, 0);
     for (const auto& st : stripes_)
-      for (std::size_t i = 0; i < counters_; ++i) sum[i] += st.second->c[i].load(std::memory_order_relaxed);
+      for (std::size_t i = 0; i < counters_; ++i) sum[i] = detail::add_sat(sum[i], st.second->c[i].load(std::memory_order_relaxed));
     raw.tags.resize(n);
     for (std::uint32_t t = 0; t < n; ++t) {
       detail::raw_tag& r = raw.tags[t];
@@ -348,6 +402,14 @@ class ledger {
     if (t.value >= tag_count_.load(std::memory_order_acquire))
       throw std::out_of_range(std::string("frugal::cost::ledger::") + fn + ": tag id " +
                               std::to_string(t.value) + " was not returned by tag()");
+  }
+  static void check_duration(std::chrono::nanoseconds d, const char* fn, const char* what) {
+    if (d.count() < 0)
+      throw std::invalid_argument(std::string("frugal::cost::ledger::") + fn + ": " + what +
+                                  " must not be negative");
+    if (d > max_record_duration)
+      throw std::invalid_argument(std::string("frugal::cost::ledger::") + fn + ": " + what + " = " +
+                                  std::to_string(d.count()) + " ns is over max_record_duration (24h)");
   }
   void check_device(std::size_t d, const char* fn) const {
     if (d >= options_.devices.size())

@@ -242,6 +242,11 @@ struct ledger_snapshot {
 
 namespace detail {
 
+// A counter of nanoseconds as a duration, saturated rather than wrapped to a negative figure.
+inline std::chrono::nanoseconds ns_of(std::uint64_t v) noexcept {
+  return std::chrono::nanoseconds(v > std::uint64_t(INT64_MAX) ? INT64_MAX : static_cast<std::int64_t>(v));
+}
+
 inline std::uint64_t diff(std::uint64_t now, std::uint64_t base) { return now >= base ? now - base : 0; }
 
 inline money price_share(money amount, std::uint64_t part, std::uint64_t whole) {
@@ -269,7 +274,7 @@ inline batch_model fit_batch_model(const std::array<std::uint64_t, f_fixed_count
 
 inline latency_percentiles percentiles_of(const histogram_snapshot& h) {
   using std::chrono::nanoseconds;
-  auto at = [&](double q) { return nanoseconds(static_cast<std::int64_t>(h.value_at(q))); };
+  auto at = [&](double q) { return ns_of(h.value_at(q)); };
   return {at(0.50), at(0.90), at(0.99), at(0.999)};
 }
 
@@ -292,9 +297,9 @@ inline void count_figures(tag_figures& t, const std::array<std::uint64_t, f_fixe
   t.batched_items = c[f_items];
   t.tokens_in = c[f_tokens_in];
   t.tokens_out = c[f_tokens_out];
-  t.busy = nanoseconds(static_cast<std::int64_t>(c[f_busy]));
+  t.busy = ns_of(c[f_busy]);
   t.busy_by_device.clear();
-  for (auto b : busy_by_device) t.busy_by_device.push_back(nanoseconds(static_cast<std::int64_t>(b)));
+  for (auto b : busy_by_device) t.busy_by_device.push_back(ns_of(b));
   t.mean_batch_size = t.batches ? double(t.batched_items) / double(t.batches) : 0;
   t.fill = c[f_capacity] ? double(c[f_capacity_items]) / double(c[f_capacity]) : 0;
   t.cache_hits = c[f_hits_explicit] + c[f_hits_implicit];
@@ -303,9 +308,9 @@ inline void count_figures(tag_figures& t, const std::array<std::uint64_t, f_fixe
   std::uint64_t implicit = c[f_items] ? static_cast<std::uint64_t>(div_half_even(
                                             int128(c[f_busy]) * c[f_hits_implicit], int128(c[f_items])))
                                       : 0;
-  t.cache_saved_time = nanoseconds(static_cast<std::int64_t>(c[f_saved_explicit] + implicit));
+  t.cache_saved_time = ns_of(c[f_saved_explicit] + implicit);
   t.remote_hits = c[f_remote_hits];
-  t.remote_latency = nanoseconds(static_cast<std::int64_t>(c[f_remote_latency_sum]));
+  t.remote_latency = ns_of(c[f_remote_latency_sum]);
   t.remote_faults = c[f_remote_faults];
   t.model = fit_batch_model(c);
   // With least squares the residuals sum to zero, so the busy time paid equals a·items + b·batches, and
@@ -357,7 +362,7 @@ inline ledger_snapshot derive(std::shared_ptr<const ledger_config> cfg, raw_stat
     t.name = r.name;
     count_figures(t, c, busy, std::move(h), k.cur);
     for (std::size_t d = 0; d < nd; ++d) {
-      money m = k.device_rates[d].for_duration(nanoseconds(static_cast<std::int64_t>(busy[d])));
+      money m = k.device_rates[d].for_duration(ns_of(busy[d]));
       t.busy_cost += m;
       dev_busy_cost[d] += m;
     }
@@ -377,14 +382,14 @@ inline ledger_snapshot derive(std::shared_ptr<const ledger_config> cfg, raw_stat
     f.model_loads = diff(r.c[d_loads], b ? b->c[d_loads] : 0);
     f.model_unloads = diff(r.c[d_unloads], b ? b->c[d_unloads] : 0);
     f.memory_fraction = r.memory_fraction;
-    f.busy = nanoseconds(static_cast<std::int64_t>(all_busy[d]));
-    f.load = nanoseconds(static_cast<std::int64_t>(load));
+    f.busy = ns_of(all_busy[d]);
+    f.load = ns_of(load);
     const std::uint64_t used = all_busy[d] + load;
-    f.idle = nanoseconds(static_cast<std::int64_t>(wall > used ? wall - used : 0));
+    f.idle = ns_of(wall > used ? wall - used : 0);
     f.utilization = wall ? std::min(1.0, double(all_busy[d]) / double(wall)) : 0;
     f.busy_cost = dev_busy_cost[d];
     f.overhead_cost = f.price.for_duration(f.load);
-    f.paid = f.price.for_duration(nanoseconds(static_cast<std::int64_t>(wall)));
+    f.paid = f.price.for_duration(ns_of(wall));
     // As OpenCost charges max(requested, used): busy time recorded past the wall time is still paid for.
     if (f.paid < f.busy_cost + f.overhead_cost) f.paid = f.busy_cost + f.overhead_cost;
     f.idle_cost = f.paid - f.busy_cost - f.overhead_cost;
