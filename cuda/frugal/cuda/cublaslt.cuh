@@ -219,17 +219,7 @@ class cublaslt_gemm_w8a8 {
   }
   /// @brief The dequant pass's epilogue for `a`; pair stores are judged as frugal's kernels judge them.
   static kernel::epilogue_params epilogue(const gemm_w8a8_arguments& a) {
-    return {.scale_a = a.scale_a,
-            .scale_b = a.scale_b,
-            .zero_a = a.zero_a,
-            .colsum_b = a.colsum_b,
-            .bias = a.bias,
-            .alpha = 1.0f,
-            .act = a.act,
-            .c = a.c,
-            .ldc = a.ldc,
-            .c_type = a.c_type,
-            .pair_store = detail::pair_store_ok(a.c, a.ldc, a.c_type)};
+    return detail::w8a8_epilogue(a);
   }
   /// @brief Chooses the algorithm and allocates the int32 scratch (M × N rounded up to 4).
   status initialize(const cublaslt_context& ctx, const gemm_w8a8_arguments& a) {

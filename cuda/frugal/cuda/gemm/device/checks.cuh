@@ -8,6 +8,7 @@
 
 #include "frugal/config.hpp"
 #include "frugal/cuda/gemm/arguments.cuh"
+#include "frugal/cuda/gemm/kernel/epilogue.cuh"
 #include "frugal/cuda/status.cuh"
 
 FRUGAL_BEGIN_NAMESPACE
@@ -39,5 +40,20 @@ inline bool pair_store_ok(const void* c, int ldc, dtype t) {
   return ldc % 2 == 0 && aligned(c, 2 * size_of(t));
 }
 
+
+// The W8A8 dequant epilogue of `a`, one for frugal's kernels and the cuBLASLt baseline, so both store alike.
+inline kernel::epilogue_params w8a8_epilogue(const gemm_w8a8_arguments& a) {
+  return {.scale_a = a.scale_a,
+          .scale_b = a.scale_b,
+          .zero_a = a.zero_a,
+          .colsum_b = a.colsum_b,
+          .bias = a.bias,
+          .alpha = 1.0f,
+          .act = a.act,
+          .c = a.c,
+          .ldc = a.ldc,
+          .c_type = a.c_type,
+          .pair_store = pair_store_ok(a.c, a.ldc, a.c_type)};
+}
 }  // namespace cuda::detail
 FRUGAL_END_NAMESPACE

@@ -373,17 +373,7 @@ inline status run(const gemm_w8a8_arguments& a, cudaStream_t stream = nullptr) {
   p.k_bytes = a.k;
   p.lda_bytes = a.lda;
   p.ldb_bytes = a.ldb;
-  p.ep = {.scale_a = a.scale_a,
-          .scale_b = a.scale_b,
-          .zero_a = a.zero_a,
-          .colsum_b = a.colsum_b,
-          .bias = a.bias,
-          .alpha = 1.0f,
-          .act = a.act,
-          .c = a.c,
-          .ldc = a.ldc,
-          .c_type = a.c_type,
-          .pair_store = detail::pair_store_ok(a.c, a.ldc, a.c_type)};
+  p.ep = detail::w8a8_epilogue(a);
   if (selected_tile(a, dev) == gemm_tile::wgmma_sm90)
     return detail::launch_tn<kernel::tile_sm90>("gemm_s8s8_s32_wgmma_sm90a",
                                                 kernel::gemm_s8s8_s32_wgmma_sm90a<>, p, stream);
