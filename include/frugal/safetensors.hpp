@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "frugal/config.hpp"
+#include "frugal/quant/types.hpp"
 
 FRUGAL_BEGIN_NAMESPACE
 namespace safetensors {
@@ -216,30 +217,6 @@ inline std::map<std::string, tensor_view> parse(std::span<const std::byte> bytes
   return out;
 }
 
-inline float half_to_float(std::uint16_t h) noexcept {
-  const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000u) << 16;
-  std::uint32_t exp = (h >> 10) & 0x1fu, man = h & 0x3ffu, bits = 0;
-  if (exp == 0x1f) {
-    bits = sign | 0x7f800000u | (man << 13);
-  } else if (exp == 0) {
-    if (man == 0) {
-      bits = sign;
-    } else {
-      int e = -1;
-      do {
-        ++e;
-        man <<= 1;
-      } while ((man & 0x400u) == 0);
-      bits = sign | (static_cast<std::uint32_t>(127 - 15 - e) << 23) | ((man & 0x3ffu) << 13);
-    }
-  } else {
-    bits = sign | ((exp + 112) << 23) | (man << 13);
-  }
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
 }  // namespace detail
 
 /// @brief A safetensors file, mmapped read-only and checked in full at open.
@@ -319,12 +296,8 @@ class file {
         for (std::size_t i = 0; i < out.size(); ++i) {
           std::uint16_t h;
           std::memcpy(&h, p + 2 * i, 2);
-          if (t.type == dtype::f16) {
-            out[i] = detail::half_to_float(h);
-          } else {
-            const std::uint32_t bits = static_cast<std::uint32_t>(h) << 16;
-            std::memcpy(&out[i], &bits, 4);
-          }
+          out[i] = t.type == dtype::f16 ? quant::detail::half_bits_to_float(h)
+                                        : quant::detail::bf16_bits_to_float(h);
         }
         break;
       default:
