@@ -112,7 +112,8 @@ TEST_CASE(
     "quant gemm: the fused W8A8 epilogue applies scales, zero points, bias and activation on every path") {
   std::mt19937 rng(99);
   for (bool asym : {false, true})
-    for (auto act : {q::activation_kind::none, q::activation_kind::relu, q::activation_kind::gelu}) {
+    for (auto act : {q::activation_kind::none, q::activation_kind::relu, q::activation_kind::gelu,
+                     q::activation_kind::gelu_erf}) {
       const std::size_t m = 1 + rng() % 12, k = 37, n = 1 + rng() % 50;
       const auto a = random_activations(m, k, rng, asym);
       const auto w = random_weights(n, k, rng);
@@ -127,6 +128,7 @@ TEST_CASE(
           if (act == q::activation_kind::relu) v = std::max(v, 0.0);
           if (act == q::activation_kind::gelu)
             v = 0.5 * v * (1 + std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
+          if (act == q::activation_kind::gelu_erf) v = 0.5 * v * (1 + std::erf(v / std::sqrt(2.0)));
           want[i * n + j] = static_cast<float>(v);
         }
       for (auto path : int8_paths()) {
@@ -286,4 +288,35 @@ TEST_CASE("quant gemm: mismatched shapes and options fail with a clear error") {
     CHECK(error_of([&] {
             q::gemm_w8a8(a, w, out, {.path = q::simd_path::avx512_vnni});
           }).find("not supported") != std::string::npos);
+}
+
+TEST_CASE(
+    "quant gemm: apply_activation's exact GELU matches erf on every float path, and int8 output refuses it") {
+  std::vector<float> x;
+  for (int i = -4000; i <= 4000; ++i) x.push_back(static_cast<float>(i) / 400.0f);  // -10 .. 10
+  x.push_back(-1e30f);
+  x.push_back(1e30f);
+  for (auto path : {q::simd_path::portable, q::simd_path::avx2, q::simd_path::avx512}) {
+    if (!q::is_supported(path)) {
+      MESSAGE("apply_activation: path " << q::to_string(path) << " not on this CPU, skipped");
+      continue;
+    }
+    CAPTURE(q::to_string(path));
+    std::vector<float> y = x;
+    q::apply_activation(y, q::activation_kind::gelu_erf, path);
+    double worst = 0;
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      const double v = x[i], want = 0.5 * v * (1 + std::erf(v / std::sqrt(2.0)));
+      worst = std::max(worst, std::abs(y[i] - want) / std::max(1.0, std::abs(want)));
+    }
+    CHECK(worst < 2e-6);
+    CHECK(y[x.size() - 2] == 0.0f);  // -1e30: erf saturates to -1, never NaN
+    CHECK(y.back() == 1e30f);
+  }
+  const auto a = q::quantize_rows(std::vector<float>(4, 1.0f), 1, 4);
+  const auto w = q::quantize_weights_per_channel(std::vector<float>(8, 0.5f), 2, 4);
+  std::vector<std::int8_t> out(2);
+  CHECK_THROWS_WITH_AS(
+      q::gemm_w8a8(a, w, out, q::requantize_options{.activation = q::activation_kind::gelu_erf}),
+      doctest::Contains("gelu_erf"), std::invalid_argument);
 }

@@ -453,9 +453,9 @@ inline void gemm_w8a8(const quantized_activations& a, const quantized_weights& w
     throw std::invalid_argument(std::string(who) + ": options.output_scale must be finite and > 0");
   if (opt.output_zero_point < -128 || opt.output_zero_point > 127)
     throw std::invalid_argument(std::string(who) + ": options.output_zero_point must be in [-128, 127]");
-  if (opt.activation == activation_kind::gelu)
+  if (opt.activation == activation_kind::gelu || opt.activation == activation_kind::gelu_erf)
     throw std::invalid_argument(std::string(who) +
-                                ": options.activation gelu is not supported with int8 output");
+                                ": options.activation gelu and gelu_erf are not supported with int8 output");
   std::vector<std::int32_t> acc(a.rows * w.rows);
   detail::check_gemm_shapes(a, w, out.size(), opt.bias, who);
   gemm_w8a8_s32(a, w, acc, opt.path);
@@ -645,6 +645,13 @@ void gemm_weight_only(const Eigen::Ref<const row_matrix>& x, const Weights& w, r
                      std::span<float>(out.data(), static_cast<std::size_t>(out.size())), opt);
     return 0;
   });
+}
+
+/// @brief Applies @p a to every element of @p x in place, on the widest path the CPU has (or @p path), with
+/// the same code as the GEMM epilogues: for an fp32 layer whose GEMM is not frugal's (e.g. Eigen's).
+inline void apply_activation(std::span<float> x, activation_kind a, simd_path path = simd_path::automatic) {
+  detail::activate_span(detail::resolve_float_level(path, "frugal::quant::apply_activation"), x.data(),
+                        x.size(), a);
 }
 
 /// @brief The Eigen fp32 reference: X (M x K) * W^T (W is N x K), + bias, then the activation.

@@ -14,7 +14,8 @@ namespace quant {
 enum class activation_kind {
   none,
   relu,
-  gelu,  ///< the tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+  gelu,      ///< the tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+  gelu_erf,  ///< exact GELU, 0.5 x (1 + erf(x / sqrt 2)), as BERT-family checkpoints use it
 };
 
 namespace detail {
@@ -30,6 +31,8 @@ inline float activate(float x, activation_kind a) noexcept {
       return x > 0.0f ? x : 0.0f;
     case activation_kind::gelu:
       return gelu_tanh(x);
+    case activation_kind::gelu_erf:
+      return 0.5f * x * (1.0f + std::erf(x * 0.70710678118654752f));
     default:
       return x;
   }
@@ -54,8 +57,28 @@ FRUGAL_QUANT_TARGET_AVX512 inline __m512 exp_avx512(__m512 x) noexcept {
 }
 
 // gelu(x) = x / (1 + exp(-2u)), which equals 0.5 x (1 + tanh(u)).
+// erf(z) for z >= 0 by Abramowitz & Stegun 7.1.26 (absolute error <= 1.5e-7, below fp32's resolution of
+// 1 + erf), so gelu_erf(x) = 0.5 x (1 + sign(x) erf(|x| / sqrt 2)).
+FRUGAL_QUANT_TARGET_AVX512 inline __m512 gelu_erf_avx512(__m512 x) noexcept {
+  const __m512 z = _mm512_mul_ps(_mm512_abs_ps(x), _mm512_set1_ps(0.70710678118654752f));
+  const __m512 t = _mm512_div_ps(_mm512_set1_ps(1.0f),
+                                 _mm512_fmadd_ps(_mm512_set1_ps(0.3275911f), z, _mm512_set1_ps(1.0f)));
+  __m512 p = _mm512_set1_ps(1.061405429f);
+  p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(-1.453152027f));
+  p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(1.421413741f));
+  p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(-0.284496736f));
+  p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(0.254829592f));
+  p = _mm512_mul_ps(p, t);
+  const __m512 e = exp_avx512(_mm512_sub_ps(_mm512_setzero_ps(), _mm512_mul_ps(z, z)));
+  __m512 erf = _mm512_fnmadd_ps(p, e, _mm512_set1_ps(1.0f));
+  const __mmask16 neg = _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_LT_OQ);
+  erf = _mm512_mask_sub_ps(erf, neg, _mm512_setzero_ps(), erf);
+  return _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(0.5f), x), _mm512_add_ps(_mm512_set1_ps(1.0f), erf));
+}
+
 FRUGAL_QUANT_TARGET_AVX512 inline __m512 activate_avx512(__m512 x, activation_kind a) noexcept {
   if (a == activation_kind::relu) return _mm512_max_ps(x, _mm512_setzero_ps());
+  if (a == activation_kind::gelu_erf) return gelu_erf_avx512(x);
   if (a != activation_kind::gelu) return x;
   const __m512 x3 = _mm512_mul_ps(_mm512_mul_ps(x, x), x);
   const __m512 u =
@@ -81,8 +104,26 @@ FRUGAL_QUANT_TARGET_AVX2 inline __m256 exp_avx2(__m256 x) noexcept {
   return _mm256_mul_ps(p, _mm256_castsi256_ps(pow2));
 }
 
+FRUGAL_QUANT_TARGET_AVX2 inline __m256 gelu_erf_avx2(__m256 x) noexcept {
+  const __m256 sign = _mm256_and_ps(x, _mm256_set1_ps(-0.0f));
+  const __m256 z =
+      _mm256_mul_ps(_mm256_andnot_ps(_mm256_set1_ps(-0.0f), x), _mm256_set1_ps(0.70710678118654752f));
+  const __m256 t = _mm256_div_ps(_mm256_set1_ps(1.0f),
+                                 _mm256_fmadd_ps(_mm256_set1_ps(0.3275911f), z, _mm256_set1_ps(1.0f)));
+  __m256 p = _mm256_set1_ps(1.061405429f);
+  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(-1.453152027f));
+  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(1.421413741f));
+  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(-0.284496736f));
+  p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(0.254829592f));
+  p = _mm256_mul_ps(p, t);
+  const __m256 e = exp_avx2(_mm256_sub_ps(_mm256_setzero_ps(), _mm256_mul_ps(z, z)));
+  const __m256 erf = _mm256_xor_ps(_mm256_fnmadd_ps(p, e, _mm256_set1_ps(1.0f)), sign);
+  return _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(0.5f), x), _mm256_add_ps(_mm256_set1_ps(1.0f), erf));
+}
+
 FRUGAL_QUANT_TARGET_AVX2 inline __m256 activate_avx2(__m256 x, activation_kind a) noexcept {
   if (a == activation_kind::relu) return _mm256_max_ps(x, _mm256_setzero_ps());
+  if (a == activation_kind::gelu_erf) return gelu_erf_avx2(x);
   if (a != activation_kind::gelu) return x;
   const __m256 x3 = _mm256_mul_ps(_mm256_mul_ps(x, x), x);
   const __m256 u =
