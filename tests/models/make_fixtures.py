@@ -3,7 +3,7 @@
 
   python3 -m venv build/venv && build/venv/bin/pip install tokenizers          # for --tokenizer
   build/venv/bin/pip install sentence-transformers                              # for --embeddings
-  build/venv/bin/python tests/models/make_fixtures.py --model build/models/all-MiniLM-L6-v2 --tokenizer --embeddings
+  build/venv/bin/python tests/models/make_fixtures.py --model build/models/all-MiniLM-L6-v2 --tokenizer --embeddings --calibration
 
 tokenizer_ids.jsonl: {"text": ..., "ids": [...]} per line, from HF `tokenizers` with truncation at 256, for
 >= 5,000 lines of Debian's fortunes plus hand-made hard cases.
@@ -106,6 +106,16 @@ def embedding_lines():
     return test[:180] + HARD[:24] + long_lines
 
 
+def write_calibration(out):
+    """SmoothQuant's calibration set: 256 whole fortunes from the first half, disjoint from embedding_lines()."""
+    f = fortunes()
+    calib = [t for t in f[: len(f) // 2] if t not in set(embedding_lines())][:256]
+    with open(out, "w", encoding="utf-8") as fh:
+        for text in calib:
+            fh.write(text.replace("\n", " ") + "\n")
+    print(f"{out}: {len(calib)} lines")
+
+
 def write_embeddings(model, out):
     from sentence_transformers import SentenceTransformer
 
@@ -124,10 +134,13 @@ if __name__ == "__main__":
     ap.add_argument("--model", required=True)
     ap.add_argument("--tokenizer", action="store_true")
     ap.add_argument("--embeddings", action="store_true")
+    ap.add_argument("--calibration", action="store_true", help="needs no Python package")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "fixtures"))
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     if a.tokenizer:
         write_tokenizer(a.model, os.path.join(a.out, "tokenizer_ids.jsonl"))
+    if a.calibration:
+        write_calibration(os.path.join(a.out, "calibration.txt"))
     if a.embeddings:
         write_embeddings(a.model, os.path.join(a.out, "embeddings.jsonl"))

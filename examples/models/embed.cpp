@@ -1,0 +1,171 @@
+// frugal_embed: sentence embeddings from a BERT-family model directory, one JSON array per input line.
+//
+//   frugal_embed --model DIR --input FILE --output FILE
+//                [--precision fp32|fp16|bf16|int8|int8-per-channel|int8-per-tensor|int4]
+//                [--batch N] [--threads N] [--calibration FILE] [--stats]
+//
+// Input: UTF-8 text, one sentence per line (the line is used as it is, without its '\n'). Output: one
+// line per input line, in input order, each a JSON array of the model's hidden size (384 for MiniLM)
+// floats with unit L2 norm. "-" reads stdin or writes stdout. --stats prints throughput and memory to
+// stderr. Exit codes: 0 done, 1 a runtime error (bad model files, unreadable input), 2 a usage error.
+#include <sys/resource.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "bert.hpp"
+
+#ifndef FRUGAL_DEFAULT_CALIBRATION
+#  define FRUGAL_DEFAULT_CALIBRATION ""
+#endif
+
+namespace {
+
+struct usage_error : std::invalid_argument {
+  using std::invalid_argument::invalid_argument;
+};
+
+std::size_t parse_count(const std::string& flag, const std::string& v, std::size_t max) {
+  std::size_t pos = 0;
+  unsigned long long n = 0;
+  try {
+    n = std::stoull(v, &pos);
+  } catch (...) {
+    pos = 0;
+  }
+  if (pos != v.size() || v.empty() || v[0] == '-' || n == 0 || n > max)
+    throw usage_error(flag + " must be an integer in 1 .. " + std::to_string(max) + ", not \"" + v + "\"");
+  return static_cast<std::size_t>(n);
+}
+
+std::vector<std::string> read_lines(const std::string& path) {
+  std::ifstream file;
+  std::istream* in = &std::cin;
+  if (path != "-") {
+    file.open(path, std::ios::binary);
+    if (!file) throw std::runtime_error("cannot open --input " + path);
+    in = &file;
+  }
+  std::vector<std::string> lines;
+  for (std::string l; std::getline(*in, l);) lines.push_back(std::move(l));
+  if (in->bad()) throw std::runtime_error("reading --input " + path + " failed");
+  return lines;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  std::string model, input, output, calibration = FRUGAL_DEFAULT_CALIBRATION, prec = "fp32";
+  std::size_t batch = 32, threads = 1;
+  bool stats = false;
+  try {
+    for (int i = 1; i < argc; ++i) {
+      const std::string a = argv[i];
+      const auto value = [&]() -> std::string {
+        if (i + 1 >= argc) throw usage_error(a + " needs a value");
+        return argv[++i];
+      };
+      if (a == "--model")
+        model = value();
+      else if (a == "--input")
+        input = value();
+      else if (a == "--output")
+        output = value();
+      else if (a == "--precision")
+        prec = value();
+      else if (a == "--calibration")
+        calibration = value();
+      else if (a == "--batch")
+        batch = parse_count(a, value(), 4096);
+      else if (a == "--threads")
+        threads = parse_count(a, value(), 256);
+      else if (a == "--stats")
+        stats = true;
+      else if (a == "--help" || a == "-h") {
+        std::printf(
+            "usage: %s --model DIR --input FILE --output FILE [--precision fp32|fp16|bf16|int8|"
+            "int8-per-channel|int8-per-tensor|int4] [--batch N] [--threads N] [--calibration FILE] "
+            "[--stats]\n",
+            argv[0]);
+        return 0;
+      } else
+        throw usage_error("unknown argument \"" + a + "\"");
+    }
+    if (model.empty()) throw usage_error("--model DIR is required");
+    if (input.empty()) throw usage_error("--input FILE is required");
+    if (output.empty()) throw usage_error("--output FILE is required");
+  } catch (const std::invalid_argument& e) {
+    std::fprintf(stderr, "frugal_embed: %s (see --help)\n", e.what());
+    return 2;
+  }
+  bert::load_options opt{.threads = threads};
+  try {
+    opt.weights = bert::parse_precision(prec);
+  } catch (const std::invalid_argument& e) {
+    std::fprintf(stderr, "frugal_embed: --precision: %s\n", e.what());
+    return 2;
+  }
+  if (opt.weights == bert::precision::int8) {
+    if (calibration.empty())
+      throw std::runtime_error("--precision int8 needs --calibration FILE (one sentence per line)");
+    opt.calibration = read_lines(calibration);
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  const bert::encoder enc = bert::encoder::load(model, opt);
+  const auto t1 = std::chrono::steady_clock::now();
+  const std::vector<std::string> lines = read_lines(input);
+
+  std::ofstream file;
+  std::FILE* out = stdout;
+  if (output != "-") {
+    out = std::fopen(output.c_str(), "wb");
+    if (!out) throw std::runtime_error("cannot open --output " + output + ": " + std::strerror(errno));
+  }
+  std::size_t tokens = 0;
+  std::string buf;
+  char num[32];
+  for (std::size_t i = 0; i < lines.size(); i += batch) {
+    const std::size_t n = std::min(batch, lines.size() - i);
+    std::vector<std::vector<std::int32_t>> ids;
+    for (std::size_t j = 0; j < n; ++j) {
+      ids.push_back(enc.tokenize(lines[i + j]));
+      tokens += ids.back().size();
+    }
+    const auto emb = enc.encode(ids);
+    buf.clear();
+    for (const auto& e : emb) {
+      buf += '[';
+      for (std::size_t k = 0; k < e.size(); ++k) {
+        const int len = std::snprintf(num, sizeof num, k ? ",%.7g" : "%.7g", static_cast<double>(e[k]));
+        buf.append(num, static_cast<std::size_t>(len));
+      }
+      buf += "]\n";
+    }
+    if (std::fwrite(buf.data(), 1, buf.size(), out) != buf.size())
+      throw std::runtime_error("writing --output " + output + " failed: " + std::strerror(errno));
+  }
+  if (std::fflush(out) != 0 || (out != stdout && std::fclose(out) != 0))
+    throw std::runtime_error("writing --output " + output + " failed: " + std::strerror(errno));
+  const auto t2 = std::chrono::steady_clock::now();
+  if (stats) {
+    rusage ru{};
+    getrusage(RUSAGE_SELF, &ru);
+    const double secs = std::chrono::duration<double>(t2 - t1).count();
+    std::fprintf(stderr,
+                 "frugal_embed: %s, %zu sentences, %zu tokens in %.3f s: %.1f sentences/s, %.0f tokens/s "
+                 "(batch %zu, %zu threads); load %.2f s; linear weights %.2f MB, other weights %.2f MB; "
+                 "peak RSS %.1f MB\n",
+                 bert::to_string(enc.weights()), lines.size(), tokens, secs, lines.size() / secs,
+                 tokens / secs, batch, threads, std::chrono::duration<double>(t1 - t0).count(),
+                 enc.linear_bytes() / 1e6, enc.other_bytes() / 1e6, ru.ru_maxrss / 1024.0);
+  }
+  return 0;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "frugal_embed: %s\n", e.what());
+  return 1;
+}
