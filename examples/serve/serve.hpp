@@ -14,6 +14,7 @@
 #include <fstream>
 #include <functional>
 #include <limits>
+#include <map>
 #include <type_traits>
 #include <memory>
 #include <mutex>
@@ -28,7 +29,7 @@
 #include <frugal/frugal.hpp>
 #include <nlohmann/json.hpp>
 
-#include "model.hpp"
+#include "served_model.hpp"
 
 namespace serve {
 
@@ -54,9 +55,23 @@ struct step_config {
   int max_batch = 0;             // 0: the batcher's max_batch
 };
 
+#ifndef FRUGAL_SERVE_MODEL_DIR
+#  define FRUGAL_SERVE_MODEL_DIR "build/models/all-MiniLM-L6-v2"
+#endif
+#ifndef FRUGAL_SERVE_CALIBRATION
+#  define FRUGAL_SERVE_CALIBRATION "tests/models/fixtures/calibration.txt"
+#endif
+
 struct config {
   std::string model_name = "mlp-1024x4096";
+  std::string model_kind = "mlp";  // "mlp" (synthetic, model.dims) or "minilm" (a BERT directory, model.path)
   model_config model{};
+  std::string model_path;  // minilm: the model directory; empty: $FRUGAL_MODEL_DIR, else the build's default
+  std::string calibration = FRUGAL_SERVE_CALIBRATION;  // minilm int8: SmoothQuant's calibration sentences
+  int calibration_sentences = 64;
+  std::size_t model_threads = 1;
+  std::string corpus = "/usr/share/games/fortunes";  // minilm: the traffic's sentences
+  std::uint64_t max_batch_tokens = 0;                // minilm: the batcher's max_batch_cost (0: none)
   std::string gpu_name = "A10G (example price)";
   std::string gpu_hourly_usd = "1.006";
   double window_ms = 5;
@@ -132,11 +147,39 @@ void read(const json& v, const std::string& key, T& out) {
 }  // namespace detail
 
 /// Reads a config; every field is optional and falls back to the defaults of `config`.
+// A key that the demo does not read is an error, never silently ignored (a typo would otherwise run
+// the default).
+inline void check_keys(const json& o, const std::string& where, std::initializer_list<const char*> known) {
+  if (!o.is_object()) throw std::invalid_argument("config: " + (where.empty() ? std::string("the config") : where) + " must be an object");
+  for (const auto& [k, v] : o.items())
+    if (std::none_of(known.begin(), known.end(), [&](const char* n) { return k == n; }))
+      throw std::invalid_argument("config: unknown key \"" + (where.empty() ? k : where + "." + k) + "\"");
+}
+
 inline config parse_config(const json& j) {
   config c;
   auto get = [](const json& o, const char* key, auto& field) {
     if (o.is_object() && o.contains(key)) detail::read(o.at(key), key, field);
   };
+  check_keys(j, "", {"seed", "out_dir", "quiet", "device", "model", "gpu", "batcher", "cache", "traffic", "ladder"});
+  if (j.contains("model"))
+    check_keys(j["model"], "model", {"kind", "name", "dims", "outlier_channels", "outlier_scale", "path", "calibration",
+                                     "calibration_sentences", "threads"});
+  if (j.contains("gpu")) check_keys(j["gpu"], "gpu", {"name", "hourly_usd"});
+  if (j.contains("batcher"))
+    check_keys(j["batcher"], "batcher", {"window_ms", "max_batch", "latency_target_ms", "max_queued", "max_batch_tokens"});
+  if (j.contains("cache")) check_keys(j["cache"], "cache", {"max_entries", "max_bytes"});
+  if (j.contains("traffic")) {
+    check_keys(j["traffic"], "traffic", {"pool", "zipf_s", "accuracy_sample", "phases", "corpus"});
+    if (j["traffic"].contains("phases") && j["traffic"]["phases"].is_array())
+      for (std::size_t i = 0; i < j["traffic"]["phases"].size(); ++i)
+        check_keys(j["traffic"]["phases"][i], "traffic.phases[" + std::to_string(i) + "]",
+                   {"kind", "clients", "requests", "seconds", "rate", "ms"});
+  }
+  if (j.contains("ladder") && j["ladder"].is_array())
+    for (std::size_t i = 0; i < j["ladder"].size(); ++i)
+      check_keys(j["ladder"][i], "ladder[" + std::to_string(i) + "]",
+                 {"name", "why", "precision", "batching", "cache", "policy", "max_batch"});
   get(j, "seed", c.model.seed);
   get(j, "out_dir", c.out_dir);
   get(j, "quiet", c.quiet);
@@ -147,6 +190,11 @@ inline config parse_config(const json& j) {
     get(m, "dims", c.model.dims);
     get(m, "outlier_channels", c.model.outlier_channels);
     get(m, "outlier_scale", c.model.outlier_scale);
+    get(m, "kind", c.model_kind);
+    get(m, "path", c.model_path);
+    get(m, "calibration", c.calibration);
+    get(m, "calibration_sentences", c.calibration_sentences);
+    get(m, "threads", c.model_threads);
   }
   if (j.contains("gpu")) {
     get(j["gpu"], "name", c.gpu_name);
@@ -158,6 +206,7 @@ inline config parse_config(const json& j) {
     get(b, "max_batch", c.max_batch);
     get(b, "latency_target_ms", c.latency_target_ms);
     get(b, "max_queued", c.max_queued);
+    get(b, "max_batch_tokens", c.max_batch_tokens);
   }
   if (j.contains("cache")) {
     get(j["cache"], "max_entries", c.cache_entries);
@@ -168,6 +217,7 @@ inline config parse_config(const json& j) {
     get(t, "pool", c.pool);
     get(t, "zipf_s", c.zipf_s);
     get(t, "accuracy_sample", c.accuracy_sample);
+    get(t, "corpus", c.corpus);
     if (t.contains("phases")) {
       if (!t["phases"].is_array()) detail::bad_field("traffic.phases", "must be an array");
       for (const auto& p : t["phases"]) {
@@ -231,10 +281,24 @@ inline config parse_config(const json& j) {
   }
   for (std::size_t i = 0; i < c.ladder.size(); ++i) {
     const auto& s = c.ladder[i];
-    (void)parse_precision(s.precision);
+    if (c.model_kind == "mlp") (void)parse_precision(s.precision);
     if (s.max_batch < 0 || s.max_batch > 65536) bad("ladder[" + std::to_string(i) + "].max_batch must be in 0..65536");
     if (s.policy != "fixed" && s.policy != "adaptive")
       bad("ladder[" + std::to_string(i) + "].policy \"" + s.policy + "\" is not fixed or adaptive");
+  }
+  if (c.model_kind != "mlp" && c.model_kind != "minilm") bad("model.kind \"" + c.model_kind + "\" is not mlp or minilm");
+  if (c.model_kind == "minilm") {
+    for (std::size_t i = 0; i < c.ladder.size(); ++i)
+      if (c.ladder[i].precision != "fp32" && c.ladder[i].precision != "int8" && c.ladder[i].precision != "fp16" &&
+          c.ladder[i].precision != "bf16" && c.ladder[i].precision != "int4")
+        bad("ladder[" + std::to_string(i) + "].precision \"" + c.ladder[i].precision +
+            "\" is not one of minilm's fp32, fp16, bf16, int8, int4");
+    if (c.calibration_sentences <= 0 || c.calibration_sentences > 100000) bad("model.calibration_sentences must be in 1..100000");
+    if (c.model_threads == 0 || c.model_threads > 256) bad("model.threads must be in 1..256");
+    if (c.model_path.empty()) {
+      const char* env = std::getenv("FRUGAL_MODEL_DIR");
+      c.model_path = env && *env ? env : FRUGAL_SERVE_MODEL_DIR;
+    }
   }
   if (c.device != "auto" && c.device != "cpu" && c.device != "gpu") bad("device \"" + c.device + "\" is not auto, cpu or gpu");
   (void)frugal::cost::money::parse(c.gpu_hourly_usd);
@@ -385,30 +449,24 @@ using progress_fn = std::function<void(const std::string& phase, std::uint64_t d
 
 struct shared_inputs {
   const config& cfg;
-  const matrix& pool;
-  const matrix& reference;  // fp32 outputs of the first accuracy_sample pool rows
+  const input_pool& pool;
+  const matrix& reference;  // fp32 outputs of the first accuracy_sample pool inputs
   const zipf_inputs& inputs;
+  std::function<const served_model&(const std::string& precision)> model_for;
 };
 
 template <class Policy>
 step_result run_step(const step_config& st, const shared_inputs& in, Policy policy, const progress_fn& progress) {
   const config& cfg = in.cfg;
-  const mlp model(cfg.model, parse_precision(st.precision));
-  const int dim = model.input_dim(), out_dim = model.output_dim();
-  std::unique_ptr<gpu_backend> gpu;
-  std::string backend = std::string(name(model.kind())) + " on the CPU";
-  const bool gpu_kind = model.kind() == precision::fp32 || model.kind() == precision::w8a8;
-  if (cfg.device != "cpu" && gpu_kind) {
-    std::string why;
-    gpu = make_gpu_backend(model.kind() == precision::w8a8, model.export_layers(), why);
-    if (gpu) backend = gpu->describe();
-    else if (cfg.device == "gpu") throw std::runtime_error("config: device is gpu but " + why);
-  }
+  const served_model& model = in.model_for(st.precision);
+  const int out_dim = model.output_dim();
+  const std::string backend = model.backend();
 
   frugal::batcher_options bopt{
       .window = st.batching ? std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double, std::milli>(cfg.window_ms))
                             : std::chrono::nanoseconds(0),
       .max_batch = st.batching ? static_cast<std::size_t>(st.max_batch ? st.max_batch : cfg.max_batch) : 1,
+      .max_batch_cost = st.batching ? cfg.max_batch_tokens : 0,
       .max_queued = cfg.max_queued,
   };
   frugal::batcher<request, output, Policy> batcher(bopt, {}, std::move(policy));
@@ -449,15 +507,15 @@ step_result run_step(const step_config& st, const shared_inputs& in, Policy poli
 
   // The user-owned inference loop: pull a batch, run one model call, hand every caller its result.
   std::jthread worker([&](std::stop_token stop) {
-    matrix x;
+    std::vector<int> inputs;
     while (auto b = batcher.next_batch(stop)) {
       auto reqs = b->requests();
-      x.resize(static_cast<Eigen::Index>(reqs.size()), dim);
-      for (std::size_t i = 0; i < reqs.size(); ++i) x.row(static_cast<Eigen::Index>(i)) = in.pool.row(reqs[i].input);
+      inputs.clear();
+      for (const auto& rq : reqs) inputs.push_back(rq.input);
       try {
         const auto t0 = clock::now();
         const double cpu0 = thread_cpu_seconds();
-        const matrix y = gpu ? gpu->forward(x) : model.forward(x);
+        const matrix y = model.forward(inputs);
         const auto busy = clock::now() - t0;
         const double cpu = thread_cpu_seconds() - cpu0;
         std::vector<output> results;
@@ -490,10 +548,9 @@ step_result run_step(const step_config& st, const shared_inputs& in, Policy poli
       std::lock_guard g(done_m);
       ++in_flight;
     }
-    const float* row = in.pool.row(pr.input).data();
     request r{pr.input, {}};
     if (cache) {
-      r.key = frugal::hash_key(cfg.model_name, std::span<const float>(row, static_cast<std::size_t>(dim)));
+      r.key = model.key(cfg.model_name, pr.input);
       if (auto hit = cache->get(r.key)) {
         ledger.record_cache_hit(tag);
         finish(pr.input, &hit, start, true, false);  // a hit is not a model call: not in the light-load p50
@@ -501,10 +558,13 @@ step_result run_step(const step_config& st, const shared_inputs& in, Policy poli
       }
     }
     const int input = pr.input;
-    batcher.submit(std::move(r), [&finish, input, start, open_loop](frugal::outcome<output> o) noexcept {
-      if (o.has_value()) finish(input, &*o, start, true, open_loop);
-      else finish(input, nullptr, start, false, open_loop);
-    });
+    batcher.submit(
+        std::move(r),
+        [&finish, input, start, open_loop](frugal::outcome<output> o) noexcept {
+          if (o.has_value()) finish(input, &*o, start, true, open_loop);
+          else finish(input, nullptr, start, false, open_loop);
+        },
+        {.weight = model.cost(input)});
   };
 
   const auto step_start = clock::now();
@@ -579,7 +639,7 @@ step_result run_step(const step_config& st, const shared_inputs& in, Policy poli
   step_result r;
   r.name = st.name;
   r.why = st.why;
-  r.precision = name(model.kind());
+  r.precision = model.precision_name();
   r.policy = st.batching ? st.policy : "none";
   r.backend = backend;
   r.weight_bytes = model.weight_bytes();
@@ -626,11 +686,49 @@ step_result run_step(const step_config& st, const shared_inputs& in, Policy poli
 
 /// Serves the plan under every step of the ladder; step i's savings are against step 0.
 inline std::vector<step_result> run(const config& cfg, const progress_fn& progress = {}) {
-  const matrix pool = make_input_pool(cfg.pool, cfg.model.dims.front(), cfg.model.seed);
+  input_pool pool;
+  std::optional<bert::encoder> fp32_text;  // minilm: the reference, also served by the fp32 steps
+  std::vector<std::string> calibration;
+  if (cfg.model_kind == "minilm") {
+    pool.texts = corpus_sentences(cfg.corpus, cfg.pool, cfg.model.seed);
+    fp32_text = bert::encoder::load(cfg.model_path, {.threads = cfg.model_threads});
+    for (const auto& t : pool.texts) pool.ids.push_back(fp32_text->tokenize(t));
+  } else {
+    pool.rows = make_input_pool(cfg.pool, cfg.model.dims.front(), cfg.model.seed);
+  }
+  // One model per precision, made on first use and shared by the steps that serve it.
+  std::map<std::string, std::unique_ptr<served_model>> models;
+  const auto model_for = [&](const std::string& prec) -> const served_model& {
+    auto& m = models[prec];
+    if (m) return *m;
+    if (cfg.model_kind == "minilm") {
+      bert::load_options opt{.weights = bert::parse_precision(prec), .threads = cfg.model_threads};
+      if (opt.weights == bert::precision::int8) {
+        std::ifstream in(cfg.calibration);
+        if (!in) throw std::runtime_error("config: model.calibration \"" + cfg.calibration + "\" cannot be opened");
+        for (std::string l; std::getline(in, l) && opt.calibration.size() < static_cast<std::size_t>(cfg.calibration_sentences);)
+          opt.calibration.push_back(l);
+      }
+      m = std::make_unique<bert_model>(
+          opt.weights == bert::precision::fp32 ? std::move(*fp32_text) : bert::encoder::load(cfg.model_path, opt), pool);
+    } else {
+      const precision p = parse_precision(prec);
+      std::unique_ptr<gpu_backend> gpu;
+      if (cfg.device != "cpu" && (p == precision::fp32 || p == precision::w8a8)) {
+        std::string why;
+        gpu = make_gpu_backend(p == precision::w8a8, mlp(cfg.model, p).export_layers(), why);
+        if (!gpu && cfg.device == "gpu") throw std::runtime_error("config: device is gpu but " + why);
+      }
+      m = std::make_unique<mlp_model>(cfg.model, p, pool, std::move(gpu));
+    }
+    return *m;
+  };
   const int sample = std::min(cfg.accuracy_sample, cfg.pool);
-  const matrix reference = mlp(cfg.model, precision::fp32).forward(pool.topRows(sample));
+  std::vector<int> first(static_cast<std::size_t>(sample));
+  for (int i = 0; i < sample; ++i) first[static_cast<std::size_t>(i)] = i;
+  const matrix reference = model_for("fp32").forward(first);
   const zipf_inputs inputs(cfg);
-  const shared_inputs in{cfg, pool, reference, inputs};
+  const shared_inputs in{cfg, pool, reference, inputs, model_for};
   std::vector<step_result> out;
   for (const auto& st : cfg.ladder) {
     if (st.policy == "adaptive" && st.batching) {

@@ -66,13 +66,17 @@ TEST_CASE("serve: a scripted ladder answers every request and its figures agree 
 
     const serve::json j = serve::json::parse(r.json_export);
     CHECK(j.dump().find("\"requests\"") != std::string::npos);
-    CHECK(prom_value(r.prometheus, "frugal_requests_total{feature=\"tiny\",outcome=\"ok\"}") == doctest::Approx(400));
+    CHECK(prom_value(r.prometheus, "frugal_requests_total{feature=\"tiny\",outcome=\"ok\"}") ==
+          doctest::Approx(400));
     CHECK(r.prometheus.find("frugal_cost_usd_total") != std::string::npos);
 #ifdef FRUGAL_PROMTOOL
     const std::string path =
-        (std::filesystem::temp_directory_path() / ("frugal_test_serve_step" + std::to_string(i) + ".prom")).string();
+        (std::filesystem::temp_directory_path() / ("frugal_test_serve_step" + std::to_string(i) + ".prom"))
+            .string();
     std::ofstream(path) << r.prometheus;
-    CHECK(std::system((std::string(FRUGAL_PROMTOOL) + " check metrics < " + path + " > /dev/null 2>&1").c_str()) == 0);
+    CHECK(std::system(
+              (std::string(FRUGAL_PROMTOOL) + " check metrics < " + path + " > /dev/null 2>&1").c_str()) ==
+          0);
 #endif
   }
   // One request per call without batching; batches of more than one with it.
@@ -88,7 +92,8 @@ TEST_CASE("serve: a scripted ladder answers every request and its figures agree 
   CHECK(results[3].hit_ratio == doctest::Approx(static_cast<double>(results[3].cache_hits) / plan.size()));
 }
 
-TEST_CASE("serve: a timed closed-loop phase serves until its deadline, and every request it issued is answered") {
+TEST_CASE(
+    "serve: a timed closed-loop phase serves until its deadline, and every request it issued is answered") {
   serve::json j = tiny_config();
   serve::apply_override(j, R"(--traffic.phases=[{"kind": "closed", "clients": 16, "seconds": 0.3},
                                                {"kind": "poisson", "rate": 2000, "requests": 50}])");
@@ -113,7 +118,8 @@ TEST_CASE("serve: a timed closed-loop phase serves until its deadline, and every
     CHECK(r.closed_batched <= r.snapshot.total.batched_items);
     CHECK(r.closed_busy_s <= r.busy_s + 1e-9);
     CHECK(r.closed_cpu_s > 0);
-    CHECK(r.closed_cpu_s <= r.closed_busy_s + 0.05);  // CPU time cannot exceed wall time (clock granularity aside)
+    CHECK(r.closed_cpu_s <=
+          r.closed_busy_s + 0.05);  // CPU time cannot exceed wall time (clock granularity aside)
     CHECK(r.snapshot.total.batched_items + r.cache_hits == r.requests);
     CHECK(r.cost_per_1k == r.snapshot.total_cost.mul_div(1000, static_cast<std::int64_t>(r.requests)));
   }
@@ -179,11 +185,18 @@ TEST_CASE("serve: bad configs are refused with the field named") {
   expect("traffic.phases", serve::json::parse(R"([{"kind": "burst"}])"), "traffic.phases[0].kind");
   expect("gpu.hourly_usd", "cheap", "cheap");
   expect("traffic.phases", serve::json::parse(R"([{"kind": "closed", "clients": 4}])"), "seconds > 0");
-  expect("traffic.phases", serve::json::parse(R"([{"kind": "closed", "clients": 4, "seconds": -1, "requests": 3}])"),
+  expect("traffic.phases",
+         serve::json::parse(R"([{"kind": "closed", "clients": 4, "seconds": -1, "requests": 3}])"),
          "traffic.phases[0].seconds");
+  expect("batcher.max_batc", 3, "unknown key \"batcher.max_batc\"");
+  expect("traffic.phases", serve::json::parse(R"([{"kind": "idle", "ms": 1, "msec": 2}])"),
+         "traffic.phases[0].msec");
+  expect("ladder", serve::json::parse(R"([{"precision": "fp32", "cach": true}])"), "ladder[0].cach");
+  expect("model.kind", "gpt", "model.kind");
+  expect("modle", 1, "unknown key \"modle\"");
   serve::json j = tiny_config();
-  CHECK_THROWS_WITH_AS(serve::apply_override(j, "max_batch=3"),
-                       doctest::Contains("--key.path=value"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(serve::apply_override(j, "max_batch=3"), doctest::Contains("--key.path=value"),
+                       std::invalid_argument);
 }
 
 TEST_CASE("serve: command-line overrides reach nested fields and keep their JSON types") {
@@ -195,4 +208,43 @@ TEST_CASE("serve: command-line overrides reach nested fields and keep their JSON
   CHECK(cfg.max_batch == 16);
   CHECK(cfg.gpu_name == "H200");
   CHECK(cfg.zipf_s == doctest::Approx(0.5));
+}
+
+TEST_CASE("serve: the MiniLM ladder serves real sentences, counts tokens, and int8 stays close to fp32") {
+  const char* env = std::getenv("FRUGAL_MODEL_DIR");
+  const std::string dir = env && *env ? env : FRUGAL_SERVE_MODEL_DIR;
+  if (!std::filesystem::exists(dir + "/model.safetensors") ||
+      !std::filesystem::exists("/usr/share/games/fortunes")) {
+    MESSAGE("serve minilm: no model at " << dir << " or no fortunes corpus, skipped");
+    return;
+  }
+  serve::json j = serve::json::parse(R"({
+    "seed": 3,
+    "model": {"kind": "minilm", "name": "minilm", "calibration_sentences": 16},
+    "batcher": {"window_ms": 2, "max_batch": 8, "max_batch_tokens": 256},
+    "cache": {"max_entries": 64, "max_bytes": 1048576},
+    "traffic": {"pool": 48, "zipf_s": 1.1, "accuracy_sample": 48,
+      "phases": [{"kind": "closed", "clients": 8, "requests": 60}]},
+    "ladder": [
+      {"name": "fp32", "precision": "fp32"},
+      {"name": "int8 cached", "precision": "int8", "cache": true}]
+  })");
+  serve::apply_override(j, "--model.path=" + dir);
+  const auto cfg = serve::parse_config(j);
+  const auto results = serve::run(cfg);
+  REQUIRE(results.size() == 2);
+  for (const auto& r : results) {
+    CHECK(r.answered == 60);
+    CHECK(r.failed == 0);
+    CHECK(r.snapshot.total.batched_items + r.cache_hits == 60);
+  }
+  CHECK(results[0].cosine_mean > 0.99999);
+  CHECK(results[1].precision == "int8 W8A8 SmoothQuant");
+  CHECK(results[1].cosine_mean > 0.99);
+  CHECK(results[1].cache_hits > 0);
+  CHECK(results[1].weight_bytes * 3 < results[0].weight_bytes);
+  // Cut by tokens: a batch of 8 sentences of ~20 tokens would pass 256 only rarely; never more than 8.
+  CHECK(results[0].closed_mean_batch <= 8.0);
+  serve::apply_override(j, "--model.path=/nonexistent/minilm");
+  CHECK_THROWS_WITH(serve::run(serve::parse_config(j)), doctest::Contains("/nonexistent/minilm/config.json"));
 }
