@@ -1,9 +1,13 @@
 #include <doctest/doctest.h>
 
+#include <unistd.h>
+
 #include <atomic>
 #include <barrier>
 #include <chrono>
 #include <cstddef>
+#include <cstring>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <memory>
@@ -689,3 +693,91 @@ TEST_CASE("pool: threads acquiring models at random under a tight budget keep th
   CHECK(flaky > 0);
   CHECK(h.alive == 0);
 }
+
+namespace {
+struct encoder {
+  explicit encoder(std::string p) : path(std::move(p)) {}
+  std::size_t bytes() const { return path.size() << 20; }
+  std::vector<float> embed(const std::vector<std::string>& texts) const {
+    return std::vector<float>(texts.size());
+  }
+  std::string path;
+};
+}  // namespace
+
+TEST_CASE("pool: the README example compiles and serves from a lease") {
+  frugal::model_pool<encoder> pool({.budget_bytes = 8ull << 30,
+                                    .models = {{.name = "minilm-int8",
+                                                .args = {{"path", "minilm.safetensors"}, {"dtype", "int8"}},
+                                                .estimated_bytes = 30 << 20,
+                                                .pinned = true},
+                                               {.name = "bge-large",
+                                                .args = {{"path", "bge.safetensors"}},
+                                                .estimated_bytes = 1400 << 20,
+                                                .idle_unload_after = std::chrono::minutes(10)}},
+                                    .load =
+                                        [](const frugal::model_spec<>& s) {
+                                          auto m = std::make_unique<encoder>(s.args.at("path"));
+                                          const std::size_t bytes = m->bytes();
+                                          return frugal::loaded_model<encoder>{std::move(m), bytes};
+                                        },
+                                    .collect_interval = std::chrono::seconds(30)});
+  pool.load_pinned();
+  CHECK(pool.ready());
+  auto lease = pool.acquire("bge-large");
+  CHECK(lease->embed({"a", "b"}).size() == 2);
+  CHECK(status_of(pool.stats(), "bge-large").bytes == std::string("bge.safetensors").size() << 20);
+}
+
+// The sanitizers' allocators keep freed memory in quarantine, so RSS says nothing under them.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#  define FRUGAL_TEST_RSS 0
+#elif defined(__has_feature)
+#  if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || __has_feature(memory_sanitizer)
+#    define FRUGAL_TEST_RSS 0
+#  endif
+#endif
+#ifndef FRUGAL_TEST_RSS
+#  define FRUGAL_TEST_RSS 1
+#endif
+
+#if FRUGAL_TEST_RSS
+namespace {
+std::size_t rss_bytes() {
+  std::ifstream statm("/proc/self/statm");
+  std::size_t size = 0, resident = 0;
+  statm >> size >> resident;
+  return resident * static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+}
+
+// 64 MiB, above glibc's largest mmap threshold (32 MiB), so malloc maps it and free unmaps it at once.
+struct weights {
+  static constexpr std::size_t size = std::size_t{64} << 20;
+  weights() : data(new char[size]) { std::memset(data.get(), 1, size); }
+  std::unique_ptr<char[]> data;
+};
+}  // namespace
+
+TEST_CASE("pool: an idle unload gives the model's memory back to the OS (RSS)") {
+  if (rss_bytes() == 0) return;  // no /proc
+  frugal::manual_clock clock;
+  frugal::model_pool<weights, frugal::model_args, frugal::manual_clock> pool(
+      {.budget_bytes = 1ull << 30,
+       .models = {{.name = "w", .estimated_bytes = weights::size, .idle_unload_after = 1s}},
+       .load =
+           [](const frugal::model_spec<>&) {
+             return frugal::loaded_model<weights>{std::make_unique<weights>()};
+           }},
+      clock);
+  const std::size_t before = rss_bytes();
+  pool.preload("w");
+  const std::size_t loaded = rss_bytes();
+  CHECK(loaded >= before + weights::size * 3 / 4);
+  clock.advance(1s);
+  CHECK(pool.collect_idle() == 1);
+  const std::size_t after = rss_bytes();
+  CHECK(after + weights::size * 3 / 4 <= loaded);
+  MESSAGE("RSS before ", before >> 20, " MiB, loaded ", loaded >> 20, " MiB, after unload ", after >> 20,
+          " MiB");
+}
+#endif
