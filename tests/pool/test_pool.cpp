@@ -37,6 +37,7 @@ struct fake_model {
   ~fake_model() { alive_->fetch_sub(1); }
   std::string name;
   std::string warmed_with;
+  std::string version;
   std::atomic<int>* alive_;
 };
 
@@ -52,26 +53,28 @@ struct harness {
   std::map<std::string, std::size_t> measured;
 
   pool_t::options options(std::size_t budget, std::vector<spec> models) {
-    return {.budget_bytes = budget,
-            .models = std::move(models),
-            .load =
-                [this](const spec& s) {
-                  {
-                    std::lock_guard lock(mutex_);
-                    ++calls_[s.name];
-                  }
-                  if (before_load) before_load(s);
-                  const auto it = measured.find(s.name);
-                  return frugal::loaded_model<fake_model>{std::make_unique<fake_model>(s.name, alive),
-                                                          it == measured.end() ? 0 : it->second};
-                },
-            .unload =
-                [this](std::unique_ptr<fake_model> m, const spec& s) {
-                  std::lock_guard lock(mutex_);
-                  unloads_.push_back(s.name);
-                  m.reset();
-                },
-            .acquire_timeout = 10s};
+    return {
+        .budget_bytes = budget,
+        .models = std::move(models),
+        .load =
+            [this](const spec& s) {
+              {
+                std::lock_guard lock(mutex_);
+                ++calls_[s.name];
+              }
+              if (before_load) before_load(s);
+              const auto it = measured.find(s.name);
+              auto m = std::make_unique<fake_model>(s.name, alive);
+              if (const auto v = s.args.find("version"); v != s.args.end()) m->version = v->second;
+              return frugal::loaded_model<fake_model>{std::move(m), it == measured.end() ? 0 : it->second};
+            },
+        .unload =
+            [this](std::unique_ptr<fake_model> m, const spec& s) {
+              std::lock_guard lock(mutex_);
+              unloads_.push_back(s.name);
+              m.reset();
+            },
+        .acquire_timeout = 10s};
   }
 
   int calls(const std::string& name) {
@@ -691,6 +694,144 @@ TEST_CASE("pool: threads acquiring models at random under a tight budget keep th
   CHECK(over_budget == 0);
   CHECK(wrong_model == 0);
   CHECK(flaky > 0);
+  CHECK(h.alive == 0);
+}
+
+spec version(const std::string& v, std::size_t bytes = 100) {
+  return {.name = "m", .args = {{"version", v}}, .estimated_bytes = bytes};
+}
+
+TEST_CASE(
+    "pool: reload swaps in a new version without failing a request; the old one stays until its last lease "
+    "ends") {
+  harness h;
+  std::optional<pool_t::lease> kept;
+  {
+    pool_t pool(h.options(1000, {version("1")}), h.clock);
+    auto old = pool.acquire("m");
+    CHECK(old->version == "1");
+    // While version 2 loads, acquires are served at once by version 1.
+    std::optional<std::string> served_during;
+    h.before_load = [&](const spec& s) {
+      if (s.args.at("version") == "2") served_during = pool.acquire("m")->version;
+    };
+    pool.reload(version("2"));
+    CHECK(served_during == "1");
+    CHECK(pool.acquire("m")->version == "2");
+    CHECK(old->version == "1");
+    CHECK(h.alive == 2);
+    auto st = pool.stats();
+    CHECK(st.used_bytes == 200);
+    CHECK(status_of(st, "m").retired_users == 1);
+    CHECK(status_of(st, "m").retired_bytes == 100);
+    CHECK(status_of(st, "m").reloads == 1);
+    old.reset();
+    CHECK(h.alive == 1);
+    CHECK(h.unloads() == std::vector<std::string>{"m"});
+    st = pool.stats();
+    CHECK(st.used_bytes == 100);
+    CHECK(status_of(st, "m").retired_users == 0);
+    // A replaced version may outlive the pool too.
+    kept = pool.acquire("m");
+    pool.reload(version("3"));
+    CHECK(pool.acquire("m")->version == "3");
+  }
+  CHECK(h.alive == 1);
+  CHECK((*kept)->version == "2");
+  kept.reset();
+  CHECK(h.alive == 0);
+}
+
+TEST_CASE("pool: a reload whose new version fails to load leaves the current one serving") {
+  harness h;
+  pool_t pool(h.options(1000, {version("1")}), h.clock);
+  pool.preload("m");
+  h.before_load = [](const spec& s) {
+    if (s.args.at("version") == "2") throw std::runtime_error("bad checkpoint");
+  };
+  CHECK(what_of([&] { pool.reload(version("2")); }) == "bad checkpoint");
+  CHECK(pool.ready("m"));
+  CHECK(pool.acquire("m")->version == "1");
+  CHECK(h.alive == 1);
+  const auto st = pool.stats();
+  CHECK(st.used_bytes == 100);
+  CHECK(status_of(st, "m").reload_failures == 1);
+  CHECK(status_of(st, "m").load_failures == 0);
+}
+
+TEST_CASE(
+    "pool: a reload without room for both versions swaps an idle model cold, and waits for a leased one") {
+  harness h;
+  pool_t pool(h.options(150, {version("1")}), h.clock);
+  pool.preload("m");
+  pool.reload(version("2"));
+  CHECK(h.unloads() == std::vector<std::string>{"m"});
+  CHECK(h.calls("m") == 2);
+  CHECK(h.alive == 1);
+  auto held = pool.acquire("m");
+  CHECK(held->version == "2");
+  try {
+    pool.reload(version("3"), 10ms);
+    FAIL("expected pool_exhausted");
+  } catch (const frugal::pool_exhausted& e) {
+    CHECK(e.model() == "m");
+    CHECK(e.bytes() == 100);
+    CHECK(e.held() == 100);
+  }
+  CHECK(pool.ready("m"));
+  CHECK(pool.acquire("m")->version == "2");
+  CHECK_THROWS_AS(pool.reload(version("4", 500)), frugal::model_too_large);
+  CHECK_THROWS_AS(pool.reload({.name = "other", .estimated_bytes = 1}), frugal::unknown_model);
+  CHECK(what_of([&] { pool.reload(version("5", 0)); }).find("(\"m\").estimated_bytes must be > 0") !=
+        std::string::npos);
+}
+
+TEST_CASE("pool: a reload of a model not loaded takes the new spec for its next load") {
+  harness h;
+  pool_t pool(h.options(1000, {version("1")}), h.clock);
+  pool.reload(version("2"));
+  CHECK(h.calls("m") == 0);
+  CHECK(pool.acquire("m")->version == "2");
+  CHECK(h.calls("m") == 1);
+}
+
+TEST_CASE("pool: requests racing repeated reloads are all served, and every replaced version is freed") {
+  harness h;
+  auto o = h.options(1000, {version("0")});
+  o.acquire_timeout = std::chrono::nanoseconds::max();
+  std::atomic<int> failures{0}, served{0};
+  std::atomic<bool> stop{false};
+  {
+    pool_t pool(o, h.clock);
+    std::vector<std::thread> ts;
+    for (int t = 0; t < 3; ++t)
+      ts.emplace_back([&] {
+        while (!stop.load()) {
+          try {
+            auto l = pool.acquire("m");
+            if (l->version.empty()) failures.fetch_add(1);
+            served.fetch_add(1);
+          } catch (...) {
+            failures.fetch_add(1);
+          }
+        }
+      });
+    for (int v = 1; v <= 20; ++v) {
+      const int before = served.load();
+      CHECK(eventually([&] { return served.load() > before + 2; }));
+      pool.reload(version(std::to_string(v)));
+    }
+    stop = true;
+    for (auto& t : ts) t.join();
+    CHECK(pool.acquire("m")->version == "20");
+    const auto st = pool.stats();
+    CHECK(status_of(st, "m").reloads == 20);
+    CHECK(status_of(st, "m").retired_users == 0);
+    CHECK(st.used_bytes == 100);
+    CHECK(h.alive == 1);
+  }
+  CHECK(failures == 0);
+  CHECK(served > 0);
   CHECK(h.alive == 0);
 }
 

@@ -36,7 +36,8 @@ FRUGAL_BEGIN_NAMESPACE
 /// than the whole budget is refused at once with model_too_large. collect_idle() (or the background thread
 /// of options.collect_interval) unloads the models idle for their idle_unload_after on Clock.
 ///
-/// A lease may outlive the pool: the model is then unloaded when the lease ends.
+/// reload(spec) swaps a model for a new version without failing a request. A lease may outlive the pool:
+/// the model is then unloaded when the lease ends.
 ///
 /// @tparam Model the loaded model; leases hand out Model&. With max_users other than 1, several threads
 ///               use one Model at once.
@@ -78,13 +79,11 @@ class model_pool {
     Model* operator->() const noexcept { return model_; }
     Model* get() const noexcept { return model_; }
     explicit operator bool() const noexcept { return model_ != nullptr; }
-    /// @brief The model's spec as configured.
-    const spec_type& spec() const noexcept { return slot_->spec; }
-    const std::string& name() const noexcept { return slot_->spec.name; }
+    const std::string& name() const noexcept { return slot_->name; }
     /// @brief Ends the lease now (the destructor does the same); the model becomes idle if no other is held.
     void reset() noexcept {
       if (slot_ != nullptr) {
-        core_->release(*slot_);
+        core_->release(*slot_, model_);
         slot_ = nullptr;
         model_ = nullptr;
         core_.reset();
@@ -93,8 +92,8 @@ class model_pool {
 
    private:
     friend class model_pool;
-    lease(std::shared_ptr<core_type> core, typename core_type::slot& s) noexcept
-        : core_(std::move(core)), slot_(&s), model_(s.model.get()) {}
+    lease(std::shared_ptr<core_type> core, typename core_type::slot& s, Model* model) noexcept
+        : core_(std::move(core)), slot_(&s), model_(model) {}
 
     std::shared_ptr<core_type> core_;
     typename core_type::slot* slot_ = nullptr;
@@ -133,8 +132,8 @@ class model_pool {
   lease acquire(std::string_view name) { return acquire(name, core_->config().acquire_timeout); }
   /// @brief As acquire(name), waiting at most timeout for room or for a lease under max_users.
   lease acquire(std::string_view name, std::chrono::nanoseconds timeout) {
-    auto& s = core_->acquire(name, timeout);
-    return lease(core_, s);
+    const auto g = core_->acquire(name, timeout);
+    return lease(core_, *g.s, g.model);
   }
 
   /// @brief Loads the model if needed and leaves it loaded but idle (an acquire whose lease ends at once).
@@ -144,6 +143,16 @@ class model_pool {
     for (const auto& spec : core_->config().models)
       if (spec.pinned) preload(spec.name);
   }
+
+  /// @brief Swaps the model named spec.name for a new version (a new path, precision or size) without
+  /// failing a request: the new one loads beside the current one, which serves meanwhile and, once
+  /// replaced, stays loaded until its last lease ends. If both do not fit in the budget and the current
+  /// one is idle, it is unloaded first and the new one loaded in its place; if it is leased, reload waits
+  /// up to the timeout for room, then throws pool_exhausted. A model that is not loaded just takes the new
+  /// spec for its next load. If the new version fails to load, the exception propagates and the current
+  /// version stays.
+  void reload(spec_type spec) { reload(std::move(spec), core_->config().acquire_timeout); }
+  void reload(spec_type spec, std::chrono::nanoseconds timeout) { core_->reload(std::move(spec), timeout); }
 
   /// @brief Unloads the models idle for at least their idle_unload_after on Clock; returns how many.
   std::size_t collect_idle() { return core_->collect_idle(); }

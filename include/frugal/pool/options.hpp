@@ -119,7 +119,7 @@ struct model_status {
   std::string name;
   model_state state = model_state::unloaded;
   bool pinned = false;
-  /// Leases held now.
+  /// Leases held now on the current version.
   std::size_t users = 0;
   /// Bytes charged against the budget now: the estimate while loading, the measured bytes once loaded, 0
   /// when unloaded.
@@ -130,6 +130,12 @@ struct model_status {
   std::uint64_t unloads = 0;
   std::uint64_t evictions = 0;
   std::uint64_t idle_unloads = 0;
+  /// Reloads (new versions swapped in), and those whose new version failed to load.
+  std::uint64_t reloads = 0;
+  std::uint64_t reload_failures = 0;
+  /// Replaced versions still held by leases: their bytes (also in pool_stats::used_bytes) and leases.
+  std::size_t retired_bytes = 0;
+  std::size_t retired_users = 0;
   /// Failures in a row; 0 after a good load.
   std::uint64_t consecutive_failures = 0;
   /// The last load failure's message; empty after a good load.

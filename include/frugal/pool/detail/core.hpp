@@ -55,9 +55,20 @@ class pool_core {
   using spec_type = model_spec<Args>;
   using time_point = typename Clock::time_point;
 
+  // A version that a reload replaced while leases held it; unloaded when the last of them ends.
+  struct retired_instance {
+    std::unique_ptr<Model> model;
+    std::size_t users = 0;
+    std::size_t charged = 0;
+    time_point loaded_at{};
+    std::shared_ptr<const spec_type> spec;
+  };
+
   struct slot {
-    explicit slot(spec_type s) : spec(std::move(s)) {}
-    const spec_type spec;
+    explicit slot(spec_type s) : name(s.name), spec(std::make_shared<const spec_type>(std::move(s))) {}
+    const std::string name;
+    // Replaced by reload; a load in flight keeps the copy it started with.
+    std::shared_ptr<const spec_type> spec;
     model_state state = model_state::unloaded;
     std::unique_ptr<Model> model;
     std::size_t charged = 0;      // bytes against the budget now
@@ -68,8 +79,10 @@ class pool_core {
     time_point loaded_at{};
     time_point retry_at{};
     std::shared_ptr<pool_flight> flight;
+    bool reloading = false;  // a new version is loading beside the current one
+    std::vector<retired_instance> retired;
     std::uint64_t loads = 0, load_failures = 0, unloads = 0, evictions = 0, idle_unloads = 0,
-                  failures_in_row = 0;
+                  failures_in_row = 0, reloads = 0, reload_failures = 0;
     std::string last_error;
     std::chrono::nanoseconds load_time_total{0}, last_load_time{0};
     double byte_seconds = 0;
@@ -86,7 +99,13 @@ class pool_core {
 
   const options_type& config() const noexcept { return opts_; }
 
-  slot& acquire(std::string_view name, std::chrono::nanoseconds timeout) {
+  // A lease's two halves, both read under the lock: a reload may swap the slot's model right after.
+  struct grant {
+    slot* s;
+    Model* model;
+  };
+
+  grant acquire(std::string_view name, std::chrono::nanoseconds timeout) {
     if (timeout.count() < 0)
       throw std::invalid_argument("frugal::model_pool::acquire: timeout must not be negative");
     const auto deadline = deadline_after(timeout);
@@ -95,18 +114,18 @@ class pool_core {
     ++acquires_;
     bool waited_for_load = false;
     for (;;) {
-      if (closed_) throw pool_error(s.spec.name, "frugal::model_pool: the pool is closed");
+      if (closed_) throw pool_error(s.name, "frugal::model_pool: the pool is closed");
       switch (s.state) {
         case model_state::ready:
-          if (s.spec.max_users != 0 && s.users >= s.spec.max_users) {
+          if (s.spec->max_users != 0 && s.users >= s.spec->max_users) {
             if (!wait_until(lock, deadline)) {
               ++busy_;
-              throw model_busy(s.spec.name, s.spec.max_users);
+              throw model_busy(s.name, s.spec->max_users);
             }
             continue;
           }
           take(s);
-          return s;
+          return {&s, s.model.get()};
         case model_state::loading:
         case model_state::warming: {
           const std::shared_ptr<pool_flight> f = s.flight;
@@ -122,7 +141,7 @@ class pool_core {
           const time_point now = clock_.now();
           if (now < s.retry_at) {
             ++backoff_refusals_;
-            throw load_backoff(s.spec.name, s.failures_in_row,
+            throw load_backoff(s.name, s.failures_in_row,
                                std::chrono::duration_cast<std::chrono::nanoseconds>(s.retry_at - now),
                                s.last_error);
           }
@@ -130,17 +149,16 @@ class pool_core {
           continue;
         }
         case model_state::unloaded: {
-          const std::size_t need = s.known_bytes != 0 ? s.known_bytes : s.spec.estimated_bytes;
+          const std::size_t need = s.known_bytes != 0 ? s.known_bytes : s.spec->estimated_bytes;
           if (need > opts_.budget_bytes) {
             ++too_large_;
-            throw model_too_large(s.spec.name, need, opts_.budget_bytes);
+            throw model_too_large(s.name, need, opts_.budget_bytes);
           }
           std::vector<victim> victims;
           if (!make_room(need, nullptr, victims)) {
             if (!wait_until(lock, deadline)) {
               ++exhausted_;
-              throw pool_exhausted(s.spec.name, need, used_, used_ - freeable_bytes(nullptr),
-                                   opts_.budget_bytes);
+              throw pool_exhausted(s.name, need, used_, used_ - freeable_bytes(nullptr), opts_.budget_bytes);
             }
             continue;
           }
@@ -150,15 +168,29 @@ class pool_core {
     }
   }
 
-  void release(slot& s) noexcept {
+  void release(slot& s, const Model* m) noexcept {
     std::vector<victim> victims;
     {
       std::lock_guard lock(mutex_);
-      --s.users;
       --leases_;
-      s.last_use = ++use_seq_;
-      s.idle_since = clock_.now();
-      if (closed_ && s.users == 0 && s.state == model_state::ready) unload(s, victims, unload_kind::close);
+      if (m == s.model.get()) {
+        --s.users;
+        s.last_use = ++use_seq_;
+        s.idle_since = clock_.now();
+        if (closed_ && s.users == 0 && s.state == model_state::ready) unload(s, victims, unload_kind::close);
+      } else {
+        for (auto it = s.retired.begin(); it != s.retired.end(); ++it) {
+          if (it->model.get() != m) continue;
+          if (--it->users == 0) {
+            s.byte_seconds += byte_seconds_between(it->charged, it->loaded_at, clock_.now());
+            used_ -= it->charged;
+            ++s.unloads;
+            victims.push_back({std::move(it->model), std::move(it->spec)});
+            s.retired.erase(it);
+          }
+          break;
+        }
+      }
     }
     cv_.notify_all();
     dispose(victims);
@@ -171,8 +203,8 @@ class pool_core {
       const time_point now = clock_.now();
       for (auto& p : slots_) {
         slot& s = *p;
-        if (s.state == model_state::ready && s.users == 0 && !s.spec.pinned &&
-            s.spec.idle_unload_after.count() > 0 && now - s.idle_since >= s.spec.idle_unload_after)
+        if (s.state == model_state::ready && s.users == 0 && !s.reloading && !s.spec->pinned &&
+            s.spec->idle_unload_after.count() > 0 && now - s.idle_since >= s.spec->idle_unload_after)
           unload(s, victims, unload_kind::idle);
       }
     }
@@ -201,7 +233,7 @@ class pool_core {
   bool all_pinned_ready() const {
     std::lock_guard lock(mutex_);
     for (const auto& p : slots_)
-      if (p->spec.pinned && p->state != model_state::ready) return false;
+      if (p->spec->pinned && p->state != model_state::ready) return false;
     return true;
   }
 
@@ -224,11 +256,18 @@ class pool_core {
     for (const auto& p : slots_) {
       const slot& s = *p;
       model_status m;
-      m.name = s.spec.name;
+      m.name = s.name;
       m.state = s.state;
-      m.pinned = s.spec.pinned;
+      m.pinned = s.spec->pinned;
       m.users = s.users;
       m.bytes = s.charged;
+      for (const auto& r : s.retired) {
+        m.retired_bytes += r.charged;
+        m.retired_users += r.users;
+        m.byte_seconds += byte_seconds_between(r.charged, r.loaded_at, now);
+      }
+      m.reloads = s.reloads;
+      m.reload_failures = s.reload_failures;
       m.loads = s.loads;
       m.load_failures = s.load_failures;
       m.unloads = s.unloads;
@@ -251,11 +290,11 @@ class pool_core {
   }
 
  private:
-  enum class unload_kind { eviction, idle, close };
+  enum class unload_kind { eviction, idle, close, reload };
 
   struct victim {
     std::unique_ptr<Model> model;
-    const spec_type* spec;
+    std::shared_ptr<const spec_type> spec;
   };
 
   void validate() const {
@@ -330,7 +369,7 @@ class pool_core {
   }
 
   static bool evictable(const slot& s) noexcept {
-    return s.state == model_state::ready && s.users == 0 && !s.spec.pinned;
+    return s.state == model_state::ready && s.users == 0 && !s.reloading && !s.spec->pinned;
   }
 
   static double byte_seconds_between(std::size_t bytes, time_point from, time_point to) {
@@ -371,7 +410,7 @@ class pool_core {
     ++s.unloads;
     if (kind == unload_kind::eviction) ++s.evictions;
     if (kind == unload_kind::idle) ++s.idle_unloads;
-    victims.push_back({std::move(s.model), &s.spec});
+    victims.push_back({std::move(s.model), s.spec});
   }
 
   // Outside the lock. A throwing unload hook must not leave a lease's destructor or the pool's half done.
@@ -405,10 +444,77 @@ class pool_core {
     return std::min(b, opts_.max_retry_backoff);
   }
 
+  struct attempt {
+    loaded_model<Model> got;
+    std::exception_ptr error;
+    time_point end{};
+    std::chrono::nanoseconds took{0};
+  };
+
+  // The loader and warm-up, outside the lock. `s` is touched only under it, to show the warm-up.
+  attempt run_loader(slot& s, const spec_type& spec, std::unique_lock<std::mutex>& lock, bool show_warming) {
+    attempt a;
+    const time_point t0 = clock_.now();
+    try {
+      a.got = opts_.load(spec);
+      if (!a.got.model)
+        throw pool_error(s.name, "frugal::model_pool: the loader returned no model for \"" + s.name + "\"");
+      if (opts_.warm_up) {
+        if (show_warming) {
+          lock.lock();
+          s.state = model_state::warming;
+          lock.unlock();
+        }
+        opts_.warm_up(*a.got.model, spec);
+      }
+    } catch (...) {
+      a.error = std::current_exception();
+    }
+    a.end = clock_.now();
+    a.took = std::max(std::chrono::duration_cast<std::chrono::nanoseconds>(a.end - t0),
+                      std::chrono::nanoseconds(0));
+    return a;
+  }
+
+  // Under the lock: the bytes a good attempt measured, or the attempt failed with model_too_large.
+  std::size_t measured_bytes(slot& s, attempt& a, std::size_t need) {
+    const std::size_t measured = a.got.bytes != 0 ? a.got.bytes : need;
+    if (!a.error && measured > opts_.budget_bytes) {
+      ++too_large_;
+      a.error = std::make_exception_ptr(model_too_large(s.name, measured, opts_.budget_bytes));
+    }
+    return measured;
+  }
+
+  // Under the lock: the new model becomes the slot's current one, charged `measured` bytes.
+  void install(slot& s, attempt& a, std::size_t measured, std::vector<victim>& more) {
+    s.charged = measured;
+    s.known_bytes = measured;
+    if (!fits(0) && !make_room(0, &s, more)) ++over_budget_loads_;
+    s.model = std::move(a.got.model);
+    s.state = model_state::ready;
+    s.loaded_at = a.end;
+    s.idle_since = a.end;
+    ++s.loads;
+    s.failures_in_row = 0;
+    s.last_error.clear();
+    s.load_time_total += a.took;
+    s.last_load_time = a.took;
+  }
+
+  void record_load(std::chrono::nanoseconds took) noexcept {
+    if (opts_.ledger == nullptr) return;
+    try {
+      opts_.ledger->record_model_load(opts_.ledger_device, std::min(took, cost::max_record_duration));
+    } catch (...) {
+    }
+  }
+
   // Called with the lock held and room made; runs the loader and warm-up without it, as the one flight
   // every other caller of this model waits on.
-  slot& load(std::unique_lock<std::mutex>& lock, slot& s, std::size_t need, std::vector<victim> victims) {
+  grant load(std::unique_lock<std::mutex>& lock, slot& s, std::size_t need, std::vector<victim> victims) {
     const auto f = std::make_shared<pool_flight>();
+    const std::shared_ptr<const spec_type> spec = s.spec;
     used_ += need;
     s.charged = need;
     s.state = model_state::loading;
@@ -416,82 +522,151 @@ class pool_core {
     lock.unlock();
     dispose(victims);
 
-    const time_point t0 = clock_.now();
-    loaded_model<Model> got;
-    std::exception_ptr error;
-    try {
-      got = opts_.load(s.spec);
-      if (!got.model)
-        throw pool_error(s.spec.name,
-                         "frugal::model_pool: the loader returned no model for \"" + s.spec.name + "\"");
-      if (opts_.warm_up) {
-        lock.lock();
-        s.state = model_state::warming;
-        lock.unlock();
-        opts_.warm_up(*got.model, s.spec);
-      }
-    } catch (...) {
-      error = std::current_exception();
-    }
-    const time_point t1 = clock_.now();
-    const auto took = std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0);
+    attempt a = run_loader(s, *spec, lock, true);
 
     std::unique_ptr<Model> discard;
     std::vector<victim> more;
+    Model* model = nullptr;
     lock.lock();
-    const std::size_t measured = got.bytes != 0 ? got.bytes : need;
-    if (!error && measured > opts_.budget_bytes) {
-      ++too_large_;
-      error = std::make_exception_ptr(model_too_large(s.spec.name, measured, opts_.budget_bytes));
-    }
-    if (error) {
-      discard = std::move(got.model);
+    const std::size_t measured = measured_bytes(s, a, need);
+    if (a.error) {
+      discard = std::move(a.got.model);
       used_ -= s.charged;
       s.charged = 0;
       ++s.load_failures;
       ++s.failures_in_row;
-      s.last_error = exception_message(error);
+      s.last_error = exception_message(a.error);
       if (opts_.retry_backoff.count() > 0) {
         s.state = model_state::failed;
         s.retry_at =
-            t1 + std::chrono::duration_cast<typename Clock::duration>(backoff_for(s.failures_in_row));
+            a.end + std::chrono::duration_cast<typename Clock::duration>(backoff_for(s.failures_in_row));
       } else {
         s.state = model_state::unloaded;
       }
-      f->error = error;
+      f->error = a.error;
     } else {
       used_ = used_ - need + measured;
-      s.charged = measured;
-      s.known_bytes = measured;
-      if (!fits(0) && !make_room(0, &s, more)) ++over_budget_loads_;
-      s.model = std::move(got.model);
-      s.state = model_state::ready;
-      s.loaded_at = t1;
-      s.idle_since = t1;
-      ++s.loads;
-      s.failures_in_row = 0;
-      s.last_error.clear();
-      const auto recorded = std::max(took, std::chrono::nanoseconds(0));
-      s.load_time_total += recorded;
-      s.last_load_time = recorded;
-      cold_start_.record(static_cast<std::uint64_t>(recorded.count()));
+      install(s, a, measured, more);
+      cold_start_.record(static_cast<std::uint64_t>(a.took.count()));
       take(s);
+      model = s.model.get();
     }
     f->done = true;
     s.flight.reset();
     lock.unlock();
     cv_.notify_all();
-    if (discard) dispose_one(std::move(discard), s.spec);
+    if (discard) dispose_one(std::move(discard), *spec);
     dispose(more);
-    if (error) std::rethrow_exception(error);
-    if (opts_.ledger != nullptr) {
-      try {
-        opts_.ledger->record_model_load(
-            opts_.ledger_device, std::clamp(took, std::chrono::nanoseconds(0), cost::max_record_duration));
-      } catch (...) {
+    if (a.error) std::rethrow_exception(a.error);
+    record_load(a.took);
+    return {&s, model};
+  }
+
+ public:
+  // Swaps a model for a new version (new args, path, size) without failing a request: the new one loads
+  // beside the current one, which keeps serving meanwhile and, once replaced, stays until its last lease
+  // ends. When both do not fit and the current one is idle, it is unloaded first and the new one loaded
+  // in its place. A model not loaded just takes the new spec. A failed load leaves the current one.
+  void reload(spec_type next, std::chrono::nanoseconds timeout) {
+    if (timeout.count() < 0)
+      throw std::invalid_argument("frugal::model_pool::reload: timeout must not be negative");
+    const std::string who = "frugal::model_pool::reload: spec (\"" + next.name + "\")";
+    if (next.estimated_bytes == 0) throw std::invalid_argument(who + ".estimated_bytes must be > 0");
+    if (next.idle_unload_after.count() < 0)
+      throw std::invalid_argument(who + ".idle_unload_after must not be negative");
+    const auto spec = std::make_shared<const spec_type>(std::move(next));
+    const auto deadline = deadline_after(timeout);
+    std::unique_lock lock(mutex_);
+    slot& s = find(spec->name);
+    std::vector<victim> victims;
+    const std::size_t need = spec->estimated_bytes;
+    for (;;) {
+      if (closed_) throw pool_error(s.name, "frugal::model_pool: the pool is closed");
+      if (s.reloading) {
+        cv_.wait(lock);
+        continue;
+      }
+      if (s.state == model_state::loading || s.state == model_state::warming) {
+        const std::shared_ptr<pool_flight> f = s.flight;
+        cv_.wait(lock, [&] { return f->done; });
+        continue;
+      }
+      if (s.state != model_state::ready) {
+        swap_spec(s, spec);
+        return;
+      }
+      if (need > opts_.budget_bytes) {
+        ++too_large_;
+        throw model_too_large(s.name, need, opts_.budget_bytes);
+      }
+      if (make_room(need, &s, victims)) break;
+      if (s.users == 0) {
+        unload(s, victims, unload_kind::reload);
+        swap_spec(s, spec);
+        lock.unlock();
+        dispose(victims);
+        const auto left =
+            std::max(deadline - std::chrono::steady_clock::now(), std::chrono::steady_clock::duration(0));
+        const grant loaded =
+            acquire(s.name, deadline == std::chrono::steady_clock::time_point::max()
+                                ? std::chrono::nanoseconds::max()
+                                : std::chrono::duration_cast<std::chrono::nanoseconds>(left));
+        release(*loaded.s, loaded.model);
+        return;
+      }
+      if (!wait_until(lock, deadline)) {
+        ++exhausted_;
+        throw pool_exhausted(s.name, need, used_, used_ - freeable_bytes(&s), opts_.budget_bytes);
       }
     }
-    return s;
+
+    used_ += need;
+    s.reloading = true;
+    lock.unlock();
+    dispose(victims);
+
+    attempt a = run_loader(s, *spec, lock, false);
+
+    std::unique_ptr<Model> discard;
+    std::vector<victim> more;
+    lock.lock();
+    s.reloading = false;
+    const std::size_t measured = measured_bytes(s, a, need);
+    if (a.error) {
+      discard = std::move(a.got.model);
+      used_ -= need;
+      ++s.reload_failures;
+    } else {
+      used_ = used_ - need + measured;
+      s.byte_seconds += byte_seconds_between(s.charged, s.loaded_at, a.end);
+      if (s.users > 0) {
+        s.retired.push_back({std::move(s.model), s.users, s.charged, a.end, s.spec});
+      } else {
+        used_ -= s.charged;
+        ++s.unloads;
+        more.push_back({std::move(s.model), s.spec});
+      }
+      s.users = 0;
+      s.spec = spec;
+      ++s.reloads;
+      install(s, a, measured, more);
+    }
+    lock.unlock();
+    cv_.notify_all();
+    if (discard) dispose_one(std::move(discard), *spec);
+    dispose(more);
+    if (a.error) std::rethrow_exception(a.error);
+    record_load(a.took);
+  }
+
+ private:
+  void swap_spec(slot& s, const std::shared_ptr<const spec_type>& spec) {
+    s.spec = spec;
+    s.known_bytes = 0;
+    s.state = model_state::unloaded;
+    s.failures_in_row = 0;
+    s.last_error.clear();
+    ++s.reloads;
   }
 
   const options_type opts_;
