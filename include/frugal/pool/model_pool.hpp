@@ -138,10 +138,10 @@ class model_pool {
 
   /// @brief Loads the model if needed and leaves it loaded but idle (an acquire whose lease ends at once).
   void preload(std::string_view name) { acquire(name).reset(); }
-  /// @brief Loads every pinned model, in config order; the first failure propagates.
+  /// @brief Loads every pinned model (as the latest reload has it), in config order; the first failure
+  /// propagates.
   void load_pinned() {
-    for (const auto& spec : core_->config().models)
-      if (spec.pinned) preload(spec.name);
+    for (const auto& name : core_->pinned_names()) preload(name);
   }
 
   /// @brief Swaps the model named spec.name for a new version (a new path, precision or size) without
@@ -166,7 +166,7 @@ class model_pool {
 
   /// @brief A snapshot of the counters and of every model's state.
   pool_stats stats() const { return core_->stats(); }
-  /// @brief The options as given.
+  /// @brief The options as given (reload changes the pool's specs, not these).
   const options& config() const noexcept { return core_->config(); }
 
  private:

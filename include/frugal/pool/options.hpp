@@ -124,6 +124,7 @@ struct model_status {
   /// Bytes charged against the budget now: the estimate while loading, the measured bytes once loaded, 0
   /// when unloaded.
   std::size_t bytes = 0;
+  /// Good loads (cold starts and reloads) and failed cold starts.
   std::uint64_t loads = 0;
   std::uint64_t load_failures = 0;
   /// Unloads of every kind: evictions, idle unloads and the pool's end.
@@ -153,9 +154,11 @@ struct pool_stats {
   /// Bytes charged now by loaded and loading models.
   std::size_t used_bytes = 0;
   std::uint64_t acquires = 0;
-  /// Acquires that started a load (cold starts) and that waited for another caller's load.
+  /// Loads started, failed ones included: cold starts (acquires that ran the loader) and reloads.
   std::uint64_t loads = 0;
+  /// Acquires that waited for another caller's load instead of starting one (single flight).
   std::uint64_t load_waits = 0;
+  /// Cold starts that failed (a failed reload counts in model_status::reload_failures alone).
   std::uint64_t load_failures = 0;
   std::uint64_t unloads = 0;
   std::uint64_t evictions = 0;
@@ -171,7 +174,8 @@ struct pool_stats {
   std::size_t leases = 0;
   /// Acquires blocked now, waiting for room in the budget or for a lease under max_users.
   std::size_t waiting = 0;
-  /// The duration of every good load (loader plus warm-up) in nanoseconds on Clock.
+  /// The duration of every good cold start (loader plus warm-up) in nanoseconds on Clock; reloads, which
+  /// no request waits for, are not in it.
   cost::histogram_snapshot cold_start{};
   std::vector<model_status> models{};
 };

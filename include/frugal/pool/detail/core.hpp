@@ -230,6 +230,14 @@ class pool_core {
     return find(name).state;
   }
 
+  std::vector<std::string> pinned_names() const {
+    std::vector<std::string> names;
+    std::lock_guard lock(mutex_);
+    for (const auto& p : slots_)
+      if (p->spec->pinned) names.push_back(p->name);
+    return names;
+  }
+
   bool all_pinned_ready() const {
     std::lock_guard lock(mutex_);
     for (const auto& p : slots_)
@@ -279,7 +287,7 @@ class pool_core {
       m.last_load_time = s.last_load_time;
       m.byte_seconds = s.byte_seconds;
       if (s.model) m.byte_seconds += byte_seconds_between(s.charged, s.loaded_at, now);
-      st.loads += s.loads + s.load_failures;
+      st.loads += s.loads + s.load_failures + s.reload_failures;
       st.load_failures += s.load_failures;
       st.unloads += s.unloads;
       st.evictions += s.evictions;
