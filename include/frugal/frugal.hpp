@@ -6,4 +6,5 @@
 #include "frugal/batcher.hpp"
 #include "frugal/cache.hpp"
 #include "frugal/cost.hpp"
+#include "frugal/pool.hpp"
 #include "frugal/quant.hpp"

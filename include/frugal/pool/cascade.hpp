@@ -1,0 +1,175 @@
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "frugal/config.hpp"
+#include "frugal/cost/money.hpp"
+#include "frugal/pool/errors.hpp"
+
+FRUGAL_BEGIN_NAMESPACE
+
+/// @brief One tier of a cascade: a model of the pool, and what one call of it costs.
+struct cascade_tier {
+  std::string model;
+  cost::money cost_per_call{};
+};
+
+/// @brief A cascade's settings; a plain aggregate for designated initializers.
+template <class Model, class Input, class Answer>
+struct cascade_options {
+  /// Cheapest first; at least one, each a model of the pool, no model twice.
+  std::vector<cascade_tier> tiers{};
+  /// Runs one tier's model on the input. Required.
+  std::function<Answer(Model&, const Input&)> run{};
+  /// Given a tier's answer and the tier's index, true sends the input on to the next tier. It is never
+  /// called for the last tier, whose answer is final. Required.
+  std::function<bool(const Answer&, std::size_t)> escalate{};
+};
+
+/// @brief What a cascade returns: the final answer and the tier (index) that gave it.
+template <class Answer>
+struct cascade_result {
+  Answer answer;
+  std::size_t tier = 0;
+};
+
+/// @brief One tier in a cascade_stats snapshot.
+struct cascade_tier_stats {
+  std::string model;
+  /// Inputs this tier ran on, answers it gave as final, and inputs it passed on.
+  std::uint64_t calls = 0;
+  std::uint64_t answered = 0;
+  std::uint64_t escalated = 0;
+  /// Calls that threw (the pool's errors or the model's); the input went no further.
+  std::uint64_t failures = 0;
+  /// calls · cost_per_call.
+  cost::money cost{};
+};
+
+/// @brief A snapshot of a cascade.
+struct cascade_stats {
+  std::uint64_t requests = 0;
+  std::vector<cascade_tier_stats> tiers{};
+  /// Requests that went past the first tier, over all requests (0 before any).
+  double escalation_rate = 0;
+  /// What the calls cost, what sending every request to the last tier alone would have cost, and the
+  /// difference (negative when escalating often makes the cascade dearer than the large tier alone).
+  cost::money cost{};
+  cost::money cost_largest_only{};
+  cost::money saved{};
+};
+
+/// @brief Answers with the cheapest tier whose answer the escalate predicate accepts: a small model first,
+/// the large one only for the hard cases. Each tier is leased from a model_pool for its call alone, so a
+/// pool with room for one model at a time swaps them as needed. Thread-safe when run is.
+template <class Pool, class Input, class Answer>
+class cascade {
+ public:
+  using model_type = typename Pool::model_type;
+  using options = cascade_options<model_type, Input, Answer>;
+  using result = cascade_result<Answer>;
+
+  /// @brief Throws std::invalid_argument naming the field when a tier is not a model of the pool, a model
+  /// repeats, or run or escalate is missing. The pool must outlive the cascade.
+  cascade(Pool& pool, options opts) : pool_(&pool), opts_(std::move(opts)) {
+    const std::string who = "frugal::cascade: options.";
+    if (opts_.tiers.empty()) throw std::invalid_argument(who + "tiers must not be empty");
+    if (!opts_.run) throw std::invalid_argument(who + "run is required");
+    if (!opts_.escalate) throw std::invalid_argument(who + "escalate is required");
+    for (std::size_t i = 0; i < opts_.tiers.size(); ++i) {
+      const std::string at = who + "tiers[" + std::to_string(i) + "].model \"" + opts_.tiers[i].model + "\"";
+      try {
+        (void)pool.state(opts_.tiers[i].model);
+      } catch (const unknown_model&) {
+        throw std::invalid_argument(at + " is not a model of the pool");
+      }
+      for (std::size_t j = 0; j < i; ++j)
+        if (opts_.tiers[j].model == opts_.tiers[i].model)
+          throw std::invalid_argument(at + " repeats tiers[" + std::to_string(j) + "]");
+      if (opts_.tiers[i].cost_per_call.nanos() < 0)
+        throw std::invalid_argument(at + ": cost_per_call must not be negative");
+      if (!(opts_.tiers[i].cost_per_call.cur() == opts_.tiers[0].cost_per_call.cur()))
+        throw std::invalid_argument(at + ": cost_per_call must be in the currency of tiers[0]");
+    }
+    tiers_.resize(opts_.tiers.size());
+  }
+
+  /// @brief Runs the tiers in order until one's answer is not escalated (or the last). An exception from
+  /// the pool, run or escalate propagates and ends the request.
+  result operator()(const Input& input) {
+    {
+      std::lock_guard lock(mutex_);
+      ++requests_;
+    }
+    for (std::size_t i = 0;; ++i) {
+      bool last = i + 1 == opts_.tiers.size();
+      try {
+        Answer a = run_tier(i, input);
+        last = last || !opts_.escalate(a, i);
+        count(i, last ? &counts::answered : &counts::escalated);
+        if (last) return {std::move(a), i};
+      } catch (...) {
+        count(i, &counts::failures);
+        throw;
+      }
+    }
+  }
+
+  cascade_stats stats() const {
+    cascade_stats st;
+    std::lock_guard lock(mutex_);
+    st.requests = requests_;
+    const cost::money zero = cost::money::from_nanos(0, opts_.tiers[0].cost_per_call.cur());
+    st.cost = zero;
+    for (std::size_t i = 0; i < tiers_.size(); ++i) {
+      cascade_tier_stats t;
+      t.model = opts_.tiers[i].model;
+      t.calls = tiers_[i].calls;
+      t.answered = tiers_[i].answered;
+      t.escalated = tiers_[i].escalated;
+      t.failures = tiers_[i].failures;
+      t.cost = opts_.tiers[i].cost_per_call * static_cast<std::int64_t>(t.calls);
+      st.cost += t.cost;
+      st.tiers.push_back(std::move(t));
+    }
+    st.cost_largest_only = opts_.tiers.back().cost_per_call * static_cast<std::int64_t>(requests_);
+    st.saved = st.cost_largest_only - st.cost;
+    st.escalation_rate =
+        requests_ == 0 ? 0.0 : static_cast<double>(tiers_[0].escalated) / static_cast<double>(requests_);
+    return st;
+  }
+
+  const options& config() const noexcept { return opts_; }
+
+ private:
+  struct counts {
+    std::uint64_t calls = 0, answered = 0, escalated = 0, failures = 0;
+  };
+
+  Answer run_tier(std::size_t i, const Input& input) {
+    auto lease = pool_->acquire(opts_.tiers[i].model);
+    count(i, &counts::calls);
+    return opts_.run(*lease, input);
+  }
+
+  void count(std::size_t i, std::uint64_t counts::*field) {
+    std::lock_guard lock(mutex_);
+    ++(tiers_[i].*field);
+  }
+
+  Pool* pool_;
+  const options opts_;
+  mutable std::mutex mutex_;
+  std::uint64_t requests_ = 0;
+  std::vector<counts> tiers_;
+};
+
+FRUGAL_END_NAMESPACE

@@ -1,0 +1,177 @@
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <stop_token>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "frugal/config.hpp"
+#include "frugal/pool/detail/core.hpp"
+#include "frugal/pool/errors.hpp"
+#include "frugal/pool/options.hpp"
+
+FRUGAL_BEGIN_NAMESPACE
+
+/// @brief A set of models named in config, loaded on demand by a user-supplied loader and kept within a
+/// memory budget. Thread-safe.
+///
+/// acquire(name) returns a lease that keeps the model loaded while it is held. The first acquire of an
+/// unloaded model runs the loader (and warm-up) once, however many callers arrive; the others wait for it
+/// and share its outcome, a failure included, which is not remembered as loaded: after retry_backoff
+/// (doubling per failure in a row) the next acquire loads again. A load that does not fit in the budget
+/// first unloads idle (unleased, unpinned) models, least recently used first; if the leased models leave no
+/// room, acquire waits up to acquire_timeout for leases to end, then throws pool_exhausted. A model larger
+/// than the whole budget is refused at once with model_too_large. collect_idle() (or the background thread
+/// of options.collect_interval) unloads the models idle for their idle_unload_after on Clock.
+///
+/// reload(spec) swaps a model for a new version without failing a request. A lease may outlive the pool:
+/// the model is then unloaded when the lease ends.
+///
+/// @tparam Model the loaded model; leases hand out Model&. With max_users other than 1, several threads
+///               use one Model at once.
+/// @tparam Args  the loader's arguments in each model_spec (model_args, a string map, by default).
+/// @tparam Clock the clock for idle unload, retry backoff and load times, e.g. frugal::manual_clock in tests.
+template <class Model, class Args = model_args, class Clock = std::chrono::steady_clock>
+class model_pool {
+  using core_type = detail::pool_core<Model, Args, Clock>;
+
+ public:
+  using model_type = Model;
+  using args_type = Args;
+  using clock_type = Clock;
+  using spec_type = model_spec<Args>;
+  using options = pool_options<Model, Args, Clock>;
+
+  /// @brief Keeps one model loaded while it is held; move-only. Model& through * and ->.
+  class lease {
+   public:
+    lease() noexcept = default;
+    lease(lease&& o) noexcept
+        : core_(std::move(o.core_)),
+          slot_(std::exchange(o.slot_, nullptr)),
+          model_(std::exchange(o.model_, nullptr)) {}
+    lease& operator=(lease&& o) noexcept {
+      if (this != &o) {
+        reset();
+        core_ = std::move(o.core_);
+        slot_ = std::exchange(o.slot_, nullptr);
+        model_ = std::exchange(o.model_, nullptr);
+      }
+      return *this;
+    }
+    lease(const lease&) = delete;
+    lease& operator=(const lease&) = delete;
+    ~lease() { reset(); }
+
+    Model& operator*() const noexcept { return *model_; }
+    Model* operator->() const noexcept { return model_; }
+    Model* get() const noexcept { return model_; }
+    explicit operator bool() const noexcept { return model_ != nullptr; }
+    const std::string& name() const noexcept { return slot_->name; }
+    /// @brief Ends the lease now (the destructor does the same); the model becomes idle if no other is held.
+    void reset() noexcept {
+      if (slot_ != nullptr) {
+        core_->release(*slot_, model_);
+        slot_ = nullptr;
+        model_ = nullptr;
+        core_.reset();
+      }
+    }
+
+   private:
+    friend class model_pool;
+    lease(std::shared_ptr<core_type> core, typename core_type::slot& s, Model* model) noexcept
+        : core_(std::move(core)), slot_(&s), model_(model) {}
+
+    std::shared_ptr<core_type> core_;
+    typename core_type::slot* slot_ = nullptr;
+    Model* model_ = nullptr;
+  };
+
+  /// @brief Validates the options (std::invalid_argument naming the field or model); loads nothing (see
+  /// load_pinned) and starts the collector thread if collect_interval is set.
+  explicit model_pool(options opts, Clock clock = {})
+      : core_(std::make_shared<core_type>(std::move(opts), std::move(clock))) {
+    const auto interval = core_->config().collect_interval;
+    if (interval.count() > 0) {
+      collector_ = std::jthread([core = core_.get(), interval](std::stop_token stop) {
+        std::mutex m;
+        std::condition_variable_any cv;
+        std::unique_lock lock(m);
+        while (!cv.wait_for(lock, stop, interval, [] { return false; }) && !stop.stop_requested()) {
+          core->collect_idle();
+        }
+      });
+    }
+  }
+  model_pool(const model_pool&) = delete;
+  model_pool& operator=(const model_pool&) = delete;
+  /// @brief Stops the collector and unloads every model not leased; leased ones go when their lease ends.
+  ~model_pool() {
+    if (collector_.joinable()) {
+      collector_.request_stop();
+      collector_.join();
+    }
+    core_->close();
+  }
+
+  /// @brief A lease on the model, loading it first if needed. Throws unknown_model, model_too_large,
+  /// pool_exhausted or model_busy (after acquire_timeout), load_backoff, or the loader's own exception.
+  lease acquire(std::string_view name) { return acquire(name, core_->config().acquire_timeout); }
+  /// @brief As acquire(name), waiting at most timeout for room or for a lease under max_users.
+  lease acquire(std::string_view name, std::chrono::nanoseconds timeout) {
+    const auto g = core_->acquire(name, timeout);
+    return lease(core_, *g.s, g.model);
+  }
+
+  /// @brief Loads the model if needed and leaves it loaded but idle (an acquire whose lease ends at once).
+  void preload(std::string_view name) { acquire(name).reset(); }
+  /// @brief Loads every pinned model (as the latest reload has it), in config order; the first failure
+  /// propagates.
+  void load_pinned() {
+    for (const auto& name : core_->pinned_names()) preload(name);
+  }
+
+  /// @brief Swaps the model named spec.name for a new version (a new path, precision or size) without
+  /// failing a request: the new one loads beside the current one, which serves meanwhile and, once
+  /// replaced, stays loaded until its last lease ends. If both do not fit in the budget and the current
+  /// one is idle, it is unloaded first and the new one loaded in its place; if it is leased, reload waits
+  /// up to the timeout for room, then throws pool_exhausted. A model that is not loaded just takes the new
+  /// spec for its next load. If the new version fails to load, the exception propagates and the current
+  /// version stays.
+  void reload(spec_type spec) { reload(std::move(spec), core_->config().acquire_timeout); }
+  void reload(spec_type spec, std::chrono::nanoseconds timeout) { core_->reload(std::move(spec), timeout); }
+
+  /// @brief Unloads the models idle for at least their idle_unload_after on Clock; returns how many.
+  std::size_t collect_idle() { return core_->collect_idle(); }
+
+  /// @brief The model's state now; throws unknown_model.
+  model_state state(std::string_view name) const { return core_->state(name); }
+  /// @brief True when the model is loaded and warmed up.
+  bool ready(std::string_view name) const { return state(name) == model_state::ready; }
+  /// @brief readyz: true when every pinned model is ready (true for a pool with none pinned).
+  bool ready() const { return core_->all_pinned_ready(); }
+
+  /// @brief A snapshot of the counters and of every model's state.
+  pool_stats stats() const { return core_->stats(); }
+  /// @brief The options as given (reload changes the pool's specs, not these).
+  const options& config() const noexcept { return core_->config(); }
+
+ private:
+  std::shared_ptr<core_type> core_;
+  std::jthread collector_;
+};
+
+FRUGAL_END_NAMESPACE

@@ -1,0 +1,185 @@
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <cstddef>
+#include <map>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "frugal/clock.hpp"
+#include "frugal/cost/money.hpp"
+#include "frugal/pool.hpp"
+
+namespace {
+
+using frugal::cost::money;
+
+// A model whose answers and confidences are known: it is sure of the inputs divisible by `sure_of`
+// (confidence 0.9) and unsure of the rest (0.4); a sure_of of 1 is always sure.
+struct graded_model {
+  std::string name;
+  int sure_of = 1;
+};
+
+struct answer {
+  std::string by;
+  double confidence = 0;
+};
+
+using pool_t = frugal::model_pool<graded_model, frugal::model_args, frugal::manual_clock>;
+using cascade_t = frugal::cascade<pool_t, int, answer>;
+
+struct fixture {
+  frugal::manual_clock clock;
+  std::map<std::string, int> loads;
+  pool_t pool;
+
+  explicit fixture(std::size_t budget = 1000)
+      : pool({.budget_bytes = budget,
+              .models = {{.name = "small", .args = {{"sure_of", "2"}}, .estimated_bytes = 100},
+                         {.name = "medium", .args = {{"sure_of", "3"}}, .estimated_bytes = 300},
+                         {.name = "large", .args = {{"sure_of", "1"}}, .estimated_bytes = 900}},
+              .load =
+                  [this](const frugal::model_spec<>& s) {
+                    ++loads[s.name];
+                    return frugal::loaded_model<graded_model>{std::make_unique<graded_model>(
+                        graded_model{s.name, std::stoi(s.args.at("sure_of"))})};
+                  }},
+             clock) {}
+};
+
+cascade_t::options two_tiers() {
+  return {.tiers = {{.model = "small", .cost_per_call = money::parse("$0.001")},
+                    {.model = "large", .cost_per_call = money::parse("$0.01")}},
+          .run =
+              [](graded_model& m, const int& x) {
+                return answer{m.name, x % m.sure_of == 0 ? 0.9 : 0.4};
+              },
+          .escalate = [](const answer& a, std::size_t) { return a.confidence < 0.8; }};
+}
+
+std::string invalid(fixture& f, cascade_t::options o) {
+  try {
+    cascade_t c(f.pool, std::move(o));
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "(no exception)";
+}
+
+}  // namespace
+
+TEST_CASE(
+    "cascade: the small tier answers what it is sure of; the rest escalates, and the stats price both") {
+  fixture f;
+  cascade_t c(f.pool, two_tiers());
+  for (int x = 0; x < 10; ++x) {
+    const auto r = c(x);
+    CHECK(r.tier == (x % 2 == 0 ? 0u : 1u));
+    CHECK(r.answer.by == (x % 2 == 0 ? "small" : "large"));
+    CHECK(r.answer.confidence == 0.9);
+  }
+  const auto st = c.stats();
+  CHECK(st.requests == 10);
+  CHECK(st.tiers[0].calls == 10);
+  CHECK(st.tiers[0].answered == 5);
+  CHECK(st.tiers[0].escalated == 5);
+  CHECK(st.tiers[1].calls == 5);
+  CHECK(st.tiers[1].answered == 5);
+  CHECK(st.tiers[1].escalated == 0);
+  CHECK(st.escalation_rate == doctest::Approx(0.5));
+  CHECK(st.tiers[0].cost == money::parse("$0.01"));
+  CHECK(st.tiers[1].cost == money::parse("$0.05"));
+  CHECK(st.cost == money::parse("$0.06"));
+  CHECK(st.cost_largest_only == money::parse("$0.10"));
+  CHECK(st.saved == money::parse("$0.04"));
+  CHECK(f.loads["small"] == 1);
+  CHECK(f.loads["large"] == 1);
+}
+
+TEST_CASE("cascade: three tiers stop at the first sure one, and the last tier's answer is final unasked") {
+  fixture f;
+  auto o = two_tiers();
+  o.tiers.insert(o.tiers.begin() + 1, {.model = "medium", .cost_per_call = money::parse("$0.003")});
+  std::vector<std::size_t> asked;
+  o.escalate = [&](const answer& a, std::size_t tier) {
+    asked.push_back(tier);
+    return a.confidence < 0.8;
+  };
+  cascade_t c(f.pool, o);
+  CHECK(c(6).tier == 0);  // even: small is sure
+  CHECK(c(3).tier == 1);  // odd, divisible by 3: medium is sure
+  CHECK(c(5).tier == 2);  // neither: large
+  CHECK(asked == std::vector<std::size_t>{0, 0, 1, 0, 1});
+  const auto st = c.stats();
+  CHECK(st.escalation_rate == doctest::Approx(2.0 / 3.0));
+  CHECK(st.tiers[1].escalated == 1);
+  // 3 small + 2 medium + 1 large against 3 large.
+  CHECK(st.cost == money::parse("$0.019"));
+  CHECK(st.saved == money::parse("$0.011"));
+}
+
+TEST_CASE("cascade: with room for one model at a time the pool swaps the tiers in and out") {
+  fixture f(900);
+  cascade_t c(f.pool, two_tiers());
+  CHECK(c(1).answer.by == "large");
+  CHECK(c(2).answer.by == "small");
+  CHECK(c(3).answer.by == "large");
+  CHECK(f.loads["small"] == 2);
+  CHECK(f.loads["large"] == 2);
+  CHECK(f.pool.stats().evictions == 3);
+}
+
+TEST_CASE("cascade: an error in a tier reaches the caller and counts as that tier's failure") {
+  fixture f;
+  auto o = two_tiers();
+  o.run = [](graded_model& m, const int& x) -> answer {
+    if (m.name == "large") throw std::runtime_error("large tier down");
+    return answer{m.name, x % m.sure_of == 0 ? 0.9 : 0.4};
+  };
+  cascade_t c(f.pool, o);
+  CHECK(c(2).tier == 0);
+  CHECK_THROWS_WITH_AS(c(1), "large tier down", std::runtime_error);
+  const auto st = c.stats();
+  CHECK(st.tiers[1].failures == 1);
+  CHECK(st.tiers[1].answered == 0);
+  CHECK(st.tiers[0].escalated == 1);
+  CHECK(f.pool.stats().leases == 0);
+}
+
+TEST_CASE("cascade: bad options fail at construction naming the tier") {
+  fixture f;
+  auto o = two_tiers();
+  o.tiers[1].model = "huge";
+  CHECK(invalid(f, o).find("tiers[1].model \"huge\" is not a model of the pool") != std::string::npos);
+  o = two_tiers();
+  o.tiers[1].model = "small";
+  CHECK(invalid(f, o).find("tiers[1].model \"small\" repeats tiers[0]") != std::string::npos);
+  o = two_tiers();
+  o.tiers.clear();
+  CHECK(invalid(f, o).find("tiers must not be empty") != std::string::npos);
+  o = two_tiers();
+  o.escalate = nullptr;
+  CHECK(invalid(f, o).find("escalate is required") != std::string::npos);
+  o = two_tiers();
+  o.tiers[1].cost_per_call = money::parse("0.01 EUR");
+  CHECK(invalid(f, o).find("must be in the currency of tiers[0]") != std::string::npos);
+}
+
+TEST_CASE("cascade: concurrent requests are all counted") {
+  fixture f;
+  cascade_t c(f.pool, two_tiers());
+  std::vector<std::thread> ts;
+  for (int t = 0; t < 4; ++t)
+    ts.emplace_back([&] {
+      for (int x = 0; x < 100; ++x) c(x);
+    });
+  for (auto& t : ts) t.join();
+  const auto st = c.stats();
+  CHECK(st.requests == 400);
+  CHECK(st.tiers[0].escalated == 200);
+  CHECK(st.tiers[1].answered == 200);
+}
