@@ -1,0 +1,171 @@
+// frugal_server: the example server (server.hpp) behind a real HTTP listener.
+//
+//   frugal_server --model DIR [--host 127.0.0.1] [--port 8080] [--precision int8|fp32|fp16|bf16|int4]
+//                 [--calibration FILE] [--max-batch N] [--max-batch-tokens N] [--window-ms X]
+//                 [--max-queued N] [--max-body-bytes N] [--cache-entries N] [--http-threads N]
+//                 [--model-threads N] [--token-file FILE] [--export-dir DIR] [--hourly-usd X]
+//
+// The bearer token is read from --token-file or the environment variable FRUGAL_SERVER_TOKEN, never
+// from the command line (it would show in ps) and never logged. SIGTERM or SIGINT stops accepting,
+// answers every accepted request, writes the ledger's exports to --export-dir, and exits 0; a second
+// signal exits 1 at once.
+#include <pthread.h>
+#include <signal.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <string>
+#include <thread>
+
+#include "server.hpp"
+
+#ifndef FRUGAL_DEFAULT_CALIBRATION
+#  define FRUGAL_DEFAULT_CALIBRATION ""
+#endif
+#ifndef FRUGAL_DEFAULT_MODEL_DIR
+#  define FRUGAL_DEFAULT_MODEL_DIR ""
+#endif
+
+namespace {
+
+std::uint64_t count_of(const std::string& flag, const std::string& v, std::uint64_t lo, std::uint64_t hi) {
+  std::size_t pos = 0;
+  unsigned long long n = 0;
+  try {
+    n = std::stoull(v, &pos);
+  } catch (...) {
+    pos = 0;
+  }
+  if (v.empty() || v[0] == '-' || pos != v.size() || n < lo || n > hi)
+    throw std::invalid_argument(flag + " must be an integer in " + std::to_string(lo) + " .. " +
+                                std::to_string(hi) + ", not \"" + v + "\"");
+  return n;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  server::options o;
+  o.calibration = FRUGAL_DEFAULT_CALIBRATION;
+  if (const char* e = std::getenv("FRUGAL_MODEL_DIR"); e && *e)
+    o.model_dir = e;
+  else
+    o.model_dir = FRUGAL_DEFAULT_MODEL_DIR;
+  if (const char* t = std::getenv("FRUGAL_SERVER_TOKEN"); t && *t) o.token = t;
+  try {
+    for (int i = 1; i < argc; ++i) {
+      const std::string a = argv[i];
+      const auto value = [&]() -> std::string {
+        if (i + 1 >= argc) throw std::invalid_argument(a + " needs a value");
+        return argv[++i];
+      };
+      if (a == "--model")
+        o.model_dir = value();
+      else if (a == "--model-name")
+        o.model_name = value();
+      else if (a == "--host")
+        o.host = value();
+      else if (a == "--port")
+        o.port = static_cast<int>(count_of(a, value(), 0, 65535));
+      else if (a == "--precision")
+        o.precision = value();
+      else if (a == "--calibration")
+        o.calibration = value();
+      else if (a == "--max-batch")
+        o.max_batch = count_of(a, value(), 1, 4096);
+      else if (a == "--max-batch-tokens")
+        o.max_batch_tokens = count_of(a, value(), 256, 1 << 24);
+      else if (a == "--window-ms") {
+        const std::string v = value();
+        char* end = nullptr;
+        o.window_ms = std::strtod(v.c_str(), &end);
+        if (v.empty() || *end || !(o.window_ms >= 0 && o.window_ms <= 10000))
+          throw std::invalid_argument("--window-ms must be a number in 0 .. 10000, not \"" + v + "\"");
+      } else if (a == "--max-queued")
+        o.max_queued = count_of(a, value(), 1, 1 << 24);
+      else if (a == "--max-body-bytes")
+        o.max_body_bytes = count_of(a, value(), 64, 1ull << 30);
+      else if (a == "--max-inputs")
+        o.max_inputs = count_of(a, value(), 1, 65536);
+      else if (a == "--cache-entries")
+        o.cache_entries = count_of(a, value(), 0, 1ull << 30);
+      else if (a == "--http-threads")
+        o.http_threads = static_cast<int>(count_of(a, value(), 1, 4096));
+      else if (a == "--model-threads")
+        o.model_threads = count_of(a, value(), 1, 256);
+      else if (a == "--request-timeout-s")
+        o.request_timeout_s = static_cast<double>(count_of(a, value(), 1, 3600));
+      else if (a == "--export-dir")
+        o.export_dir = value();
+      else if (a == "--hourly-usd")
+        o.hourly_usd = value();
+      else if (a == "--token-file") {
+        const std::string path = value();
+        std::ifstream f(path);
+        if (!f || !std::getline(f, o.token) || o.token.empty())
+          throw std::invalid_argument("--token-file " + path + " cannot be read or is empty");
+      } else if (a == "--help" || a == "-h") {
+        std::printf(
+            "usage: %s --model DIR [--host H] [--port N] [--precision P] [--max-batch N] [--max-queued N] "
+            "[--cache-entries N] [--token-file FILE] [--export-dir DIR] ... (see the top of main.cpp)\n",
+            argv[0]);
+        return 0;
+      } else {
+        throw std::invalid_argument("unknown argument \"" + a + "\"");
+      }
+    }
+    (void)bert::parse_precision(o.precision);
+    (void)frugal::cost::money::parse(o.hourly_usd);
+    if (o.model_dir.empty()) throw std::invalid_argument("--model DIR is required");
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "frugal_server: %s (see --help)\n", e.what());
+    return 2;
+  }
+
+  // Every thread started from here on inherits the blocked signals; one thread waits for them.
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGTERM);
+  sigaddset(&sigs, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  try {
+    server::app app(o);
+    app.load();
+    httplib::Server http;
+    const int threads = o.http_threads;
+    http.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<std::size_t>(threads)); };
+    app.routes(http);
+    int port = o.port;
+    if (port == 0)
+      port = http.bind_to_any_port(o.host);
+    else if (!http.bind_to_port(o.host, port))
+      port = -1;
+    if (port < 0) throw std::runtime_error("cannot listen on " + o.host + ":" + std::to_string(o.port));
+    std::thread signals([&] {
+      int sig = 0;
+      sigwait(&sigs, &sig);
+      std::fprintf(stderr, "frugal_server: signal %d: draining\n", sig);
+      app.begin_drain();
+      http.stop();
+      sigwait(&sigs, &sig);
+      std::fprintf(stderr, "frugal_server: second signal %d: exiting now\n", sig);
+      std::_Exit(1);
+    });
+    signals.detach();
+    std::printf("listening on %s:%d\n", o.host.c_str(), port);
+    std::fflush(stdout);
+    const bool ok = http.listen_after_bind();
+    app.drain();
+    std::fprintf(stderr, "frugal_server: stopped; %llu requests accepted, %llu answered\n",
+                 static_cast<unsigned long long>(app.accepted()),
+                 static_cast<unsigned long long>(app.answered()));
+    return ok || app.accepted() == app.answered() ? 0 : 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "frugal_server: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,485 @@
+#pragma once
+
+// frugal's example server: OpenAI-compatible embeddings over HTTP (cpp-httplib), composed from frugal's
+// parts the way the README's loop is: result cache -> batcher -> the worker's model call -> ledger.
+//
+//   POST /v1/embeddings   {"model": "...", "input": "text" | ["text", ...], "user": "feature"}
+//   GET  /metrics         the ledger's Prometheus text, the batcher's and cache's stats, the process's own
+//   GET  /healthz         alive;   GET /readyz   the model is loaded and warm
+//   GET  /v1/models       the served model
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <httplib.h>
+#include <frugal/frugal.hpp>
+#include <nlohmann/json.hpp>
+
+#include "bert.hpp"
+
+namespace server {
+
+using json = nlohmann::json;
+using clock = std::chrono::steady_clock;
+using embedding = std::shared_ptr<const std::vector<float>>;
+
+/// @brief The server's settings (flags of the same names, see main.cpp).
+struct options {
+  std::string host = "127.0.0.1";
+  int port = 8080;  ///< 0: any free port (printed on stdout as "listening on HOST:PORT")
+  std::string model_dir;
+  std::string model_name = "all-MiniLM-L6-v2";
+  std::string precision = "int8";
+  std::string calibration;  ///< SmoothQuant's calibration sentences (int8)
+  std::size_t calibration_sentences = 64;
+  std::size_t model_threads = 1;
+  int http_threads = 16;
+  std::size_t max_batch = 64;
+  std::uint64_t max_batch_tokens = 4096;
+  double window_ms = 5;
+  std::size_t max_queued = 512;          ///< inputs waiting for the model; beyond it requests get 429
+  std::size_t max_body_bytes = 1 << 20;  ///< larger bodies get 413
+  std::size_t max_inputs = 256;          ///< inputs per request
+  std::size_t cache_entries = 10000;     ///< 0: no cache
+  std::string token;                     ///< bearer token; empty: no auth
+  double request_timeout_s = 30;
+  int io_timeout_s = 5;    ///< read/write timeouts: slow clients are cut off
+  std::string export_dir;  ///< where SIGTERM flushes the ledger's exports (empty: not written)
+  std::string gpu_name = "cpu";
+  std::string hourly_usd = "0.50";
+};
+
+/// @brief Compares two strings in time that depends only on their lengths (for the bearer token).
+inline bool constant_time_equal(std::string_view a, std::string_view b) {
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  const std::size_t n = std::max(a.size(), b.size());
+  for (std::size_t i = 0; i < n; ++i) {
+    const unsigned char x = i < a.size() ? static_cast<unsigned char>(a[i]) : 0;
+    const unsigned char y = i < b.size() ? static_cast<unsigned char>(b[i]) : 0;
+    diff |= static_cast<unsigned char>(x ^ y);
+  }
+  return diff == 0;
+}
+
+/// @brief The process's resident set in bytes (Linux /proc/self/statm), 0 if unknown.
+inline std::uint64_t resident_bytes() {
+  std::ifstream f("/proc/self/statm");
+  std::uint64_t pages = 0, resident = 0;
+  if (!(f >> pages >> resident)) return 0;
+  return resident * static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
+}
+
+inline std::uint64_t physical_bytes() {
+  return static_cast<std::uint64_t>(::sysconf(_SC_PHYS_PAGES)) *
+         static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
+}
+
+inline double process_cpu_seconds() {
+  rusage ru{};
+  ::getrusage(RUSAGE_SELF, &ru);
+  return static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+         1e-6 * static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+}
+
+class app {
+ public:
+  struct request {
+    std::int32_t index = 0;
+    const std::vector<std::int32_t>* ids = nullptr;  // owned by the HTTP handler, alive until it resolves
+    frugal::cost::tag_id tag{};
+    frugal::key128 key{};
+  };
+
+  explicit app(const options& o)
+      : opt_(o),
+        batcher_({.window = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                      std::chrono::duration<double, std::milli>(o.window_ms)),
+                  .max_batch = o.max_batch,
+                  .max_batch_cost = o.max_batch_tokens,
+                  .max_queued = o.max_queued}),
+        ledger_({.prices = {{.gpu_class = o.gpu_name,
+                             .on_demand =
+                                 frugal::cost::rate::per_hour(frugal::cost::money::parse(o.hourly_usd))}},
+                 .devices = {{.gpu_class = o.gpu_name, .name = "cpu0"}}}) {
+    if (o.cache_entries)
+      cache_.emplace(frugal::lru_cache<std::vector<float>>::options{.max_entries = o.cache_entries});
+    default_tag_ = ledger_.tag("default");
+  }
+
+  /// @brief Loads the model and warms it up; /readyz answers 200 from then on.
+  void load() {
+    bert::load_options lo{.weights = bert::parse_precision(opt_.precision), .threads = opt_.model_threads};
+    if (lo.weights == bert::precision::int8) {
+      std::ifstream in(opt_.calibration);
+      if (!in)
+        throw std::runtime_error("--calibration " + opt_.calibration + " cannot be opened (int8 needs it)");
+      for (std::string l; lo.calibration.size() < opt_.calibration_sentences && std::getline(in, l);)
+        lo.calibration.push_back(l);
+    }
+    const auto t0 = clock::now();
+    model_.emplace(bert::encoder::load(opt_.model_dir, lo));
+    ledger_.record_model_load(0, std::chrono::duration_cast<std::chrono::nanoseconds>(clock::now() - t0));
+    (void)model_->encode_texts(std::vector<std::string>{"warm up"});
+    worker_ = std::jthread([this](std::stop_token st) { work(st); });
+    sampler_ = std::jthread([this](std::stop_token st) { sample(st); });
+    ready_ = true;
+  }
+
+  /// @brief Registers the routes on @p http.
+  void routes(httplib::Server& http) {
+    http.set_payload_max_length(opt_.max_body_bytes);
+    http.set_read_timeout(opt_.io_timeout_s, 0);
+    http.set_write_timeout(opt_.io_timeout_s, 0);
+    http.set_keep_alive_timeout(2);
+    http.Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
+      res.set_content("{\"status\":\"ok\"}", "application/json");
+    });
+    http.Get("/readyz", [this](const httplib::Request&, httplib::Response& res) {
+      res.status = ready_ && !draining_ ? 200 : 503;
+      res.set_content(ready_ && !draining_ ? "{\"status\":\"ready\"}" : "{\"status\":\"not ready\"}",
+                      "application/json");
+    });
+    http.Get("/metrics", [this](const httplib::Request& req, httplib::Response& res) {
+      if (!authorized(req, res)) return;
+      res.set_content(metrics(), "text/plain; version=0.0.4");
+    });
+    http.Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
+      if (!authorized(req, res)) return;
+      res.set_content(json{{"object", "list"},
+                           {"data", {{{"id", opt_.model_name}, {"object", "model"}, {"owned_by", "frugal"}}}}}
+                          .dump(),
+                      "application/json");
+    });
+    http.Post("/v1/embeddings",
+              [this](const httplib::Request& req, httplib::Response& res) { embeddings(req, res); });
+    // 413 for bodies over the limit, and an OpenAI-shaped error for every status httplib sets itself.
+    http.set_error_handler([](const httplib::Request&, httplib::Response& res) {
+      if (!res.body.empty()) return;
+      const char* what = res.status == 413   ? "the request body is over the server's limit"
+                         : res.status == 404 ? "no such route"
+                                             : "the request could not be served";
+      res.set_content(
+          error_body(what, res.status == 413 ? "request_too_large" : "invalid_request_error", nullptr),
+          "application/json");
+    });
+  }
+
+  /// @brief Stops taking requests (readyz 503), answers what was accepted, stops the worker, and
+  /// writes the ledger's exports. Call after the HTTP server has stopped and joined its handlers.
+  void drain() {
+    draining_ = true;
+    batcher_.close(frugal::drain::yes);
+    worker_.request_stop();
+    if (worker_.joinable()) worker_.join();
+    sampler_.request_stop();
+    if (sampler_.joinable()) sampler_.join();
+    if (!opt_.export_dir.empty()) {
+      const auto snap = ledger_.snapshot();
+      write_file(opt_.export_dir + "/ledger.prom", frugal::cost::to_prometheus(snap));
+      write_file(opt_.export_dir + "/ledger.json", frugal::cost::to_json(snap));
+    }
+  }
+
+  void begin_drain() { draining_ = true; }
+  std::uint64_t accepted() const { return accepted_.load(); }
+  std::uint64_t answered() const { return answered_.load(); }
+
+ private:
+  static std::string error_body(const std::string& message, const char* type, const char* param) {
+    return json{{"error",
+                 {{"message", message},
+                  {"type", type},
+                  {"param", param ? json(param) : json(nullptr)},
+                  {"code", nullptr}}}}
+        .dump();
+  }
+  static void fail(httplib::Response& res, int status, const std::string& message,
+                   const char* param = nullptr, const char* type = "invalid_request_error") {
+    res.status = status;
+    res.set_content(error_body(message, type, param), "application/json");
+  }
+  static void write_file(const std::string& path, const std::string& text) {
+    std::ofstream f(path, std::ios::binary | std::ios::trunc);
+    f << text;
+    f.flush();
+    if (!f) throw std::runtime_error("cannot write " + path);
+  }
+
+  bool authorized(const httplib::Request& req, httplib::Response& res) const {
+    if (opt_.token.empty()) return true;
+    const std::string h = req.get_header_value("Authorization");
+    if (constant_time_equal(h, "Bearer " + opt_.token)) return true;
+    res.set_header("WWW-Authenticate", "Bearer");
+    fail(res, 401, "missing or invalid bearer token", nullptr, "authentication_error");
+    return false;
+  }
+
+  // One HTTP request: validate, answer cached inputs, submit the rest, wait, respond.
+  void embeddings(const httplib::Request& req, httplib::Response& res) {
+    const auto start = clock::now();
+    if (!authorized(req, res)) return;
+    if (!ready_ || draining_) {
+      res.set_header("Retry-After", "1");
+      return fail(res, 503, draining_ ? "the server is shutting down" : "the model is loading", nullptr,
+                  "server_error");
+    }
+    const json body = json::parse(req.body, nullptr, false);
+    if (body.is_discarded()) return fail(res, 400, "the body is not valid JSON");
+    if (!body.is_object()) return fail(res, 400, "the body must be a JSON object");
+    const auto model = body.find("model");
+    if (model == body.end() || !model->is_string())
+      return fail(res, 400, "'model' must be a string", "model");
+    if (*model != opt_.model_name)
+      return fail(res, 404,
+                  "the model '" + model->get<std::string>() + "' does not exist (this server has '" +
+                      opt_.model_name + "')",
+                  "model", "invalid_request_error");
+    const auto input = body.find("input");
+    std::vector<std::string> texts;
+    if (input == body.end()) return fail(res, 400, "'input' is required", "input");
+    if (input->is_string()) {
+      texts.push_back(input->get<std::string>());
+    } else if (input->is_array()) {
+      for (std::size_t i = 0; i < input->size(); ++i) {
+        if (!(*input)[i].is_string())
+          return fail(res, 400,
+                      "'input[" + std::to_string(i) + "]' must be a string (token arrays are not supported)",
+                      "input");
+        texts.push_back((*input)[i].get<std::string>());
+      }
+    } else {
+      return fail(res, 400, "'input' must be a string or an array of strings", "input");
+    }
+    if (texts.empty()) return fail(res, 400, "'input' must not be empty", "input");
+    if (texts.size() > opt_.max_inputs)
+      return fail(res, 400,
+                  "'input' has " + std::to_string(texts.size()) + " entries, over the limit of " +
+                      std::to_string(opt_.max_inputs),
+                  "input");
+    for (std::size_t i = 0; i < texts.size(); ++i)
+      if (texts[i].empty())
+        return fail(res, 400, "'input[" + std::to_string(i) + "]' is an empty string", "input");
+    if (const auto f = body.find("encoding_format"); f != body.end() && *f != "float")
+      return fail(res, 400, "'encoding_format' must be \"float\"", "encoding_format");
+    std::string feature = req.get_header_value("X-Frugal-Feature");
+    if (const auto u = body.find("user"); feature.empty() && u != body.end()) {
+      if (!u->is_string()) return fail(res, 400, "'user' must be a string", "user");
+      feature = u->get<std::string>();
+    }
+    frugal::cost::tag_id tag = default_tag_;
+    if (!feature.empty()) {
+      try {
+        tag = ledger_.tag(feature);
+      } catch (const std::invalid_argument& e) {
+        return fail(res, 400, std::string("'user' / X-Frugal-Feature: ") + e.what(), "user");
+      }
+    }
+
+    // Shared with the batcher's callbacks, which may outlive this handler if it times out.
+    struct pending {
+      std::mutex m;
+      std::condition_variable cv;
+      std::vector<embedding> out;
+      std::vector<std::vector<std::int32_t>> ids;
+      std::size_t left = 0;
+      std::exception_ptr error;
+      bool full = false;
+    };
+    auto p = std::make_shared<pending>();
+    p->out.resize(texts.size());
+    p->ids.resize(texts.size());
+    std::size_t tokens = 0;
+    std::vector<std::size_t> misses;
+    for (std::size_t i = 0; i < texts.size(); ++i) {
+      p->ids[i] = model_->tokenize(texts[i]);
+      tokens += p->ids[i].size();
+      const frugal::key128 key = frugal::hash_key(opt_.model_name, std::string_view(texts[i]));
+      if (cache_) {
+        if (auto hit = cache_->get(key)) {
+          p->out[i] = std::move(hit);
+          ledger_.record_cache_hit(tag);
+          continue;
+        }
+      }
+      misses.push_back(i);
+    }
+    p->left = misses.size();
+    accepted_.fetch_add(1);
+    for (const std::size_t i : misses) {
+      const frugal::key128 key = frugal::hash_key(opt_.model_name, std::string_view(texts[i]));
+      batcher_.submit(request{static_cast<std::int32_t>(i), &p->ids[i], tag, key},
+                      [p, i](frugal::outcome<embedding> o) noexcept {
+                        std::lock_guard g(p->m);
+                        if (o.has_value()) {
+                          p->out[i] = *o;
+                        } else {
+                          if (o.code() == frugal::batch_errc::queue_full) p->full = true;
+                          if (!p->error) p->error = o.error();
+                        }
+                        if (--p->left == 0) p->cv.notify_all();
+                      },
+                      {.weight = p->ids[i].size()});
+    }
+    bool done;
+    {
+      std::unique_lock lk(p->m);
+      done = p->cv.wait_for(lk, std::chrono::duration<double>(opt_.request_timeout_s),
+                            [&] { return p->left == 0; });
+    }
+    const auto latency = std::chrono::duration_cast<std::chrono::nanoseconds>(clock::now() - start);
+    answered_.fetch_add(1);
+    if (!done) {
+      ledger_.record_request(tag, latency, frugal::cost::outcome::error);
+      return fail(res, 504, "the model did not answer within the request timeout", nullptr, "server_error");
+    }
+    if (p->full) {
+      ledger_.record_request(tag, latency, frugal::cost::outcome::error);
+      res.set_header("Retry-After", "1");
+      return fail(res, 429, "the server is at capacity: retry later", nullptr, "rate_limit_error");
+    }
+    if (p->error) {
+      ledger_.record_request(tag, latency, frugal::cost::outcome::error);
+      std::string what = "the model failed";
+      try {
+        std::rethrow_exception(p->error);
+      } catch (const std::exception& e) {
+        what += std::string(": ") + e.what();
+      } catch (...) {
+      }
+      return fail(res, 500, what, nullptr, "server_error");
+    }
+    json data = json::array();
+    for (std::size_t i = 0; i < texts.size(); ++i)
+      data.push_back({{"object", "embedding"}, {"index", i}, {"embedding", *p->out[i]}});
+    for (std::size_t i = 0; i < texts.size(); ++i) ledger_.record_request(tag, latency);
+    res.set_content(json{{"object", "list"},
+                         {"data", std::move(data)},
+                         {"model", opt_.model_name},
+                         {"usage", {{"prompt_tokens", tokens}, {"total_tokens", tokens}}}}
+                        .dump(),
+                    "application/json");
+  }
+
+  // The user-owned loop: one model call per batch, each caller its own row; busy time split over the
+  // batch's features by their tokens.
+  void work(std::stop_token st) {
+    while (auto b = batcher_.next_batch(st)) {
+      auto reqs = b->requests();
+      std::vector<std::vector<std::int32_t>> ids;
+      ids.reserve(reqs.size());
+      for (const auto& r : reqs) ids.push_back(*r.ids);
+      try {
+        const auto t0 = clock::now();
+        auto out = model_->encode(ids);
+        const auto busy = clock::now() - t0;
+        std::vector<embedding> results;
+        results.reserve(out.size());
+        std::map<std::uint32_t, std::pair<std::uint64_t, std::uint32_t>> per_tag;  // tokens, count
+        std::uint64_t total = 0;
+        for (std::size_t i = 0; i < out.size(); ++i) {
+          results.push_back(std::make_shared<const std::vector<float>>(std::move(out[i])));
+          if (cache_) cache_->put(reqs[i].key, results.back());
+          auto& t = per_tag[reqs[i].tag.value];
+          t.first += ids[i].size();
+          ++t.second;
+          total += ids[i].size();
+        }
+        for (const auto& [tag, t] : per_tag)
+          ledger_.record_batch({.tag = frugal::cost::tag_id{tag},
+                                .busy = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                    busy * static_cast<double>(t.first) / static_cast<double>(total)),
+                                .batch_size = t.second,
+                                .capacity = static_cast<std::uint32_t>(b->max_batch()),
+                                .tokens_in = t.first});
+        b->report_duration(busy);
+        b->fulfill(std::move(results));
+      } catch (...) {
+        b->fail(std::current_exception());
+      }
+    }
+  }
+
+  // Sampled, not told: the process's CPU time and RSS once a second, into the ledger and /metrics.
+  void sample(std::stop_token st) {
+    double last_cpu = process_cpu_seconds();
+    auto last = clock::now();
+    while (!st.stop_requested()) {
+      std::mutex m;
+      std::condition_variable_any cv;
+      std::unique_lock lk(m);
+      cv.wait_for(lk, st, std::chrono::seconds(1), [] { return false; });
+      const double cpu = process_cpu_seconds();
+      const auto now = clock::now();
+      const double wall = std::chrono::duration<double>(now - last).count();
+      cpu_utilization_.store(wall > 0 ? (cpu - last_cpu) / wall : 0);
+      last_cpu = cpu, last = now;
+      ledger_.record_memory(0, resident_bytes(), physical_bytes());
+      const auto s = batcher_.stats();
+      ledger_.record_queue_depth(s.queue_depth, opt_.max_queued);
+    }
+  }
+
+  std::string metrics() {
+    std::string out = frugal::cost::to_prometheus(ledger_.snapshot());
+    char line[256];
+    const auto add = [&](const char* name, const char* type, const char* help, double v) {
+      std::snprintf(line, sizeof line, "# HELP %s %s\n# TYPE %s %s\n%s %.17g\n", name, help, name, type, name,
+                    v);
+      out += line;
+    };
+    const auto b = batcher_.stats();
+    add("frugal_batcher_submitted_total", "counter", "Inputs submitted to the batcher.",
+        static_cast<double>(b.submitted));
+    add("frugal_batcher_completed_total", "counter", "Inputs the model answered.",
+        static_cast<double>(b.completed));
+    add("frugal_batcher_batches_total", "counter", "Model calls.", static_cast<double>(b.batches));
+    add("frugal_batcher_queue_depth", "gauge", "Inputs waiting for the model.",
+        static_cast<double>(b.queue_depth));
+    add("frugal_batcher_queue_limit", "gauge", "The queue's limit (max_queued).",
+        static_cast<double>(opt_.max_queued));
+    add("frugal_batcher_mean_batch_size", "gauge", "Mean inputs per model call.", b.mean_batch_size);
+    if (cache_) {
+      const auto c = cache_->stats();
+      add("frugal_result_cache_hits_total", "counter", "Result cache hits.", static_cast<double>(c.hits));
+      add("frugal_result_cache_misses_total", "counter", "Result cache misses.",
+          static_cast<double>(c.misses));
+      add("frugal_result_cache_entries", "gauge", "Entries in the result cache.",
+          static_cast<double>(c.entries));
+    }
+    add("frugal_process_cpu_seconds_total", "counter", "CPU time of the server process.",
+        process_cpu_seconds());
+    add("frugal_process_cpu_utilization", "gauge", "CPU seconds per second over the last sample (1 s).",
+        cpu_utilization_.load());
+    add("frugal_process_resident_bytes", "gauge", "Resident set size of the server process.",
+        static_cast<double>(resident_bytes()));
+    add("frugal_process_memory_ratio", "gauge", "Resident set over physical memory.",
+        static_cast<double>(resident_bytes()) / static_cast<double>(physical_bytes()));
+    add("frugal_model_ready", "gauge", "1 when the model is loaded and warm.", ready_ && !draining_ ? 1 : 0);
+    return out;
+  }
+
+  options opt_;
+  frugal::batcher<request, embedding> batcher_;
+  frugal::cost::ledger<> ledger_;
+  std::optional<frugal::lru_cache<std::vector<float>>> cache_;
+  std::optional<bert::encoder> model_;
+  frugal::cost::tag_id default_tag_{};
+  std::atomic<bool> ready_{false}, draining_{false};
+  std::atomic<double> cpu_utilization_{0};
+  std::atomic<std::uint64_t> accepted_{0}, answered_{0};
+  std::jthread worker_, sampler_;
+};
+
+}  // namespace server
