@@ -7,7 +7,8 @@
 //   32] frugal_batch_job --generate 10000 corpus.jsonl
 //
 // Test hooks: FRUGAL_JOB_FAIL_WRITE_AFTER=N fails the write after N with ENOSPC; FRUGAL_JOB_SLOW_MS=N
-// sleeps N ms in every batch.
+// sleeps N ms in every batch; FRUGAL_JOB_CHECKPOINT_PAUSE_MS=N sleeps between a checkpoint's temporary file
+// and its rename.
 
 #include <array>
 #include <chrono>
@@ -146,7 +147,9 @@ int main(int argc, char** argv) {
     }
   }
   if (const char* n = std::getenv("FRUGAL_JOB_FAIL_WRITE_AFTER"))
-    o.fail_write_after = std::strtoull(n, nullptr, 10);
+    o.testing.fail_write_after = std::strtoull(n, nullptr, 10);
+  if (const char* n = std::getenv("FRUGAL_JOB_CHECKPOINT_PAUSE_MS"))
+    o.testing.pause_before_rename = std::chrono::milliseconds(std::atol(n));
   const char* slow_env = std::getenv("FRUGAL_JOB_SLOW_MS");
   const auto slow = std::chrono::milliseconds(slow_env ? std::atol(slow_env) : 0);
 

@@ -236,7 +236,7 @@ TEST_CASE("job runner: a failed write stops the job with the path and errno, and
   temp_dir d;
   job_test::spit(d / "in.jsonl", corpus(40));
   auto o = opts(d, 4, 4);
-  o.fail_write_after = 9;
+  o.testing.fail_write_after = 9;
   try {
     job::runner(o, doubler).run();
     FAIL("no error");

@@ -22,6 +22,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <thread>
 
 #include "frugal/config.hpp"
 #include "frugal/job/error.hpp"
@@ -153,6 +154,8 @@ inline void write_checkpoint(const std::string& dir, const checkpoint& c,
   f.write_all(serialize_checkpoint(c), fault);
   f.sync();
   f.close();
+  if (fault && fault->pause_before_rename.count() > 0)
+    std::this_thread::sleep_for(fault->pause_before_rename);
   detail::rename_file(tmp_path, final_path);
   detail::sync_dir(dir);
 }

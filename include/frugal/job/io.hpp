@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -19,11 +20,13 @@ FRUGAL_BEGIN_NAMESPACE
 namespace job {
 namespace detail {
 
-// Counts the writes a job makes so a test can fail the Nth one, as a full disk would.
+// Test faults: counts the writes a job makes so a test can fail the Nth one, as a full disk would, and
+// holds a checkpoint between its temporary file and the rename.
 struct write_fault {
   std::uint64_t fail_after = 0;  // 0: never
   std::uint64_t writes = 0;
   int error = ENOSPC;
+  std::chrono::nanoseconds pause_before_rename{0};
 };
 
 class file {

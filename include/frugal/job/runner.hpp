@@ -94,8 +94,12 @@ struct options {
   std::chrono::nanoseconds preemption_deadline = std::chrono::seconds(90);
   /// Install SIGTERM and SIGINT handlers for the duration of run(), restoring the previous ones after.
   bool handle_signals = true;
-  /// Testing: the write after this many fails with ENOSPC, as on a full disk; 0: never.
-  std::uint64_t fail_write_after = 0;
+  /// Fault injection for tests; leave it zero.
+  struct testing_hooks {
+    std::uint64_t fail_write_after = 0;  ///< the write after this many fails with ENOSPC, as on a full disk
+    /// A sleep between the checkpoint's temporary file and its rename, so a kill lands mid-checkpoint.
+    std::chrono::nanoseconds pause_before_rename{0};
+  } testing{};
 };
 
 enum class outcome { completed, preempted };
@@ -228,7 +232,8 @@ class basic_runner {
     if (o_.checkpoint_every.count() < 0 || o_.preemption_deadline.count() < 0)
       throw bad("checkpoint_every and preemption_deadline must not be negative");
     if (!fn_) throw bad("no batch function");
-    fault_.fail_after = o_.fail_write_after;
+    fault_.fail_after = o_.testing.fail_write_after;
+    fault_.pause_before_rename = o_.testing.pause_before_rename;
   }
 
   /// @brief Runs (or resumes) the job. Returns completed or preempted; throws job::error.

@@ -1,0 +1,236 @@
+// The example run as a child process and killed: SIGKILL at seeded random points, SIGTERM within and past
+// its deadline, and an injected write failure. After each, resuming must give the uninterrupted output.
+
+#include <doctest/doctest.h>
+
+#ifdef FRUGAL_BATCH_JOB
+
+#  include <fcntl.h>
+#  include <signal.h>
+#  include <spawn.h>
+#  include <sys/wait.h>
+#  include <unistd.h>
+
+#  include <chrono>
+#  include <filesystem>
+#  include <nlohmann/json.hpp>
+#  include <random>
+#  include <sstream>
+#  include <string>
+#  include <thread>
+#  include <vector>
+
+#  include "test_util.hpp"
+
+extern char** environ;
+
+namespace {
+
+using job_test::slurp;
+using job_test::temp_dir;
+using clock_type = std::chrono::steady_clock;
+
+struct child {
+  pid_t pid = -1;
+  clock_type::time_point started;
+};
+
+child spawn(const std::vector<std::string>& args, const std::vector<std::string>& env,
+            const std::string& log) {
+  std::vector<char*> argv;
+  argv.push_back(const_cast<char*>(FRUGAL_BATCH_JOB));
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  std::vector<std::string> env_strings;
+  for (char** e = environ; *e; ++e)
+    if (std::string_view(*e).rfind("FRUGAL_JOB_", 0) != 0) env_strings.emplace_back(*e);
+  for (const auto& e : env) env_strings.push_back(e);
+  std::vector<char*> envp;
+  for (auto& e : env_strings) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+  posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  child c;
+  c.started = clock_type::now();
+  const int rc = posix_spawn(&c.pid, FRUGAL_BATCH_JOB, &fa, nullptr, argv.data(), envp.data());
+  posix_spawn_file_actions_destroy(&fa);
+  REQUIRE(rc == 0);
+  return c;
+}
+
+// The wait status; a child still running after 30 s is killed and fails the test.
+int wait_for(const child& c) {
+  const auto limit = clock_type::now() + std::chrono::seconds(30);
+  for (;;) {
+    int status = 0;
+    const pid_t r = ::waitpid(c.pid, &status, WNOHANG);
+    REQUIRE(r >= 0);
+    if (r == c.pid) return status;
+    if (clock_type::now() > limit) {
+      ::kill(c.pid, SIGKILL);
+      ::waitpid(c.pid, &status, 0);
+      FAIL("the job did not finish within 30 s");
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(500));
+  }
+}
+
+int exit_status(int status) { return WIFEXITED(status) ? WEXITSTATUS(status) : -1; }
+
+struct fixture {
+  temp_dir dir;
+  std::string input = dir / "in.jsonl";
+  std::string ref = dir / "ref.jsonl";
+  std::string out = dir / "out.jsonl";
+  std::string ckpt = dir / "ckpt";
+  std::string log = dir / "log.txt";
+  std::vector<std::string> ids;
+  static constexpr int records = 1000;
+
+  fixture() {
+    REQUIRE(exit_status(wait_for(spawn({"--generate", std::to_string(records), input}, {}, log))) == 0);
+    job_test::append(input, "{broken\n{\"text\":\"no id\"}\n{\"id\":\"tail\",\"text\":\"the end\"}\n");
+    for (int i = 0; i < records; ++i) ids.push_back("r" + std::to_string(i));
+    ids.push_back("tail");
+    REQUIRE(exit_status(wait_for(spawn(run_args(ref, dir / "ref-ckpt", 32, 0), {}, log))) == 0);
+  }
+  std::vector<std::string> run_args(const std::string& output, const std::string& checkpoint_dir, int batch,
+                                    int every) const {
+    return {"--input",          input,
+            "--output",         output,
+            "--checkpoint-dir", checkpoint_dir,
+            "--batch",          std::to_string(batch),
+            "--every",          std::to_string(every)};
+  }
+  std::vector<std::string> args(int batch, int every) const { return run_args(out, ckpt, batch, every); }
+  void reset() const {
+    std::filesystem::remove(out);
+    std::filesystem::remove(out + ".errors");
+    std::filesystem::remove_all(ckpt);
+  }
+  nlohmann::json checkpoint() const { return nlohmann::json::parse(slurp(ckpt + "/checkpoint.json")); }
+  // Every id exactly once, in input order, with the uninterrupted run's values, and the same errors file.
+  void check_output() const {
+    const std::string got = slurp(out);
+    std::istringstream lines(got);
+    std::vector<std::string> seen;
+    for (std::string line; std::getline(lines, line);) seen.push_back(nlohmann::json::parse(line)["id"]);
+    CHECK(seen == ids);
+    CHECK(got == slurp(ref));
+    CHECK(slurp(out + ".errors") == slurp(ref + ".errors"));
+  }
+};
+
+}  // namespace
+
+TEST_CASE("job kill: SIGKILL at 20+ seeded random points, each resumed, gives the uninterrupted output") {
+  fixture f;
+  const auto t0 = clock_type::now();
+  REQUIRE(exit_status(wait_for(spawn(f.args(8, 1), {}, f.log))) == 0);
+  const auto full = clock_type::now() - t0;  // an uninterrupted run with a checkpoint per batch
+  f.check_output();
+
+  std::mt19937 rng(22);
+  const int batches[] = {8, 16, 32};
+  const int everies[] = {1, 1, 8, 40};
+  int kills = 0, during_checkpoint = 0, rounds = 0, spawns = 0;
+  while (kills < 20 && spawns < 300) {
+    f.reset();
+    ++rounds;
+    for (;;) {
+      // One run in three holds each checkpoint for 3 ms before its rename, so kills land mid-checkpoint.
+      const bool pause = rng() % 3 == 0;
+      const child c =
+          spawn(f.args(batches[rng() % 3], everies[rng() % 4]),
+                {pause ? "FRUGAL_JOB_CHECKPOINT_PAUSE_MS=3" : "FRUGAL_JOB_CHECKPOINT_PAUSE_MS=0"}, f.log);
+      ++spawns;
+      if (kills < 20) {
+        const auto us = std::chrono::duration_cast<std::chrono::microseconds>(full).count();
+        std::this_thread::sleep_for(std::chrono::microseconds(rng() % std::max<long long>(1, us * 2 / 5)));
+        ::kill(c.pid, SIGKILL);
+      }
+      const int status = wait_for(c);
+      if (WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) {
+        ++kills;
+        during_checkpoint += std::filesystem::exists(f.ckpt + "/checkpoint.json.tmp");
+        continue;
+      }
+      REQUIRE(exit_status(status) == 0);
+      break;
+    }
+    f.check_output();
+  }
+  MESSAGE(kills << " kills in " << rounds << " rounds and " << spawns << " runs, " << during_checkpoint
+                << " of them between the checkpoint's temporary file and its rename; uninterrupted run "
+                << std::chrono::duration_cast<std::chrono::milliseconds>(full).count() << " ms");
+  CHECK(kills >= 20);
+  CHECK(during_checkpoint >= 1);
+}
+
+TEST_CASE("job kill: SIGTERM within the deadline finishes the batch, checkpoints, exits 75, and resumes") {
+  fixture f;
+  const child c = spawn(f.args(8, 100000), {"FRUGAL_JOB_SLOW_MS=20"}, f.log);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  ::kill(c.pid, SIGTERM);
+  const auto signalled = clock_type::now();
+  CHECK(exit_status(wait_for(c)) == 75);
+  CHECK(clock_type::now() - signalled < std::chrono::seconds(2));
+  const nlohmann::json cp = f.checkpoint();
+  CHECK(!cp["done"].get<bool>());
+  CHECK(cp["records_done"].get<int>() > 0);
+  CHECK(cp["records_done"].get<int>() < fixture::records);
+  CHECK(cp["records_done"].get<int>() % 8 == 0);
+  CHECK(std::filesystem::file_size(f.out) == cp["output_size"].get<std::uintmax_t>());
+  CHECK(slurp(f.log).find("preempted, resumable") != std::string::npos);
+  REQUIRE(exit_status(wait_for(spawn(f.args(8, 100000), {}, f.log))) == 0);
+  f.check_output();
+}
+
+TEST_CASE(
+    "job kill: past the deadline, or at a second SIGTERM, the done work is checkpointed and it exits 75") {
+  fixture f;
+  std::vector<std::string> args = f.args(8, 100000);
+  bool twice = false;
+  SUBCASE("the deadline passes") { args.insert(args.end(), {"--deadline-ms", "100"}); }
+  SUBCASE("a second signal") {
+    args.insert(args.end(), {"--deadline-ms", "60000"});
+    twice = true;
+  }
+  // Each batch takes 1 s: at 1.3 s one is done and the second is in flight.
+  const child c = spawn(args, {"FRUGAL_JOB_SLOW_MS=1000"}, f.log);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1300));
+  ::kill(c.pid, SIGTERM);
+  const auto signalled = clock_type::now();
+  if (twice) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    ::kill(c.pid, SIGTERM);
+  }
+  CHECK(exit_status(wait_for(c)) == 75);
+  CHECK(clock_type::now() - signalled < std::chrono::milliseconds(600));
+  CHECK(slurp(f.log).find("in-flight batch abandoned") != std::string::npos);
+  const nlohmann::json cp = f.checkpoint();
+  CHECK(cp["records_done"].get<int>() == 8);
+  REQUIRE(exit_status(wait_for(spawn(f.args(8, 100000), {}, f.log))) == 0);
+  f.check_output();
+}
+
+TEST_CASE("job kill: an injected write failure exits 74 naming the file and errno, and a resume completes") {
+  fixture f;
+  REQUIRE(exit_status(wait_for(spawn(f.args(8, 5), {"FRUGAL_JOB_FAIL_WRITE_AFTER=25"}, f.log))) == 74);
+  const std::string log = slurp(f.log);
+  CHECK(log.find("write (injected fault) " + f.dir.path.string()) != std::string::npos);
+  CHECK(log.find("No space left on device (errno 28)") != std::string::npos);
+  REQUIRE(exit_status(wait_for(spawn(f.args(8, 5), {}, f.log))) == 0);
+  CHECK(slurp(f.log).find("resumed") != std::string::npos);
+  f.check_output();
+}
+
+#else
+
+TEST_CASE("job kill: skipped, the example frugal_batch_job is not built (FRUGAL_BUILD_EXAMPLES=OFF)") {
+  MESSAGE("the kill tests need examples/batch_job; configure with -DFRUGAL_BUILD_EXAMPLES=ON to run them");
+}
+
+#endif
