@@ -79,32 +79,45 @@ int wait_for(const child& c) {
 
 int exit_status(int status) { return WIFEXITED(status) ? WEXITSTATUS(status) : -1; }
 
-struct fixture {
+// The input and its uninterrupted output, made once and shared by the tests.
+struct reference {
   temp_dir dir;
   std::string input = dir / "in.jsonl";
-  std::string ref = dir / "ref.jsonl";
-  std::string out = dir / "out.jsonl";
-  std::string ckpt = dir / "ckpt";
-  std::string log = dir / "log.txt";
+  std::string output = dir / "ref.jsonl";
   std::vector<std::string> ids;
-  static constexpr int records = 1000;
+  static constexpr int records = 800;
 
-  fixture() {
+  reference() {
+    const std::string log = dir / "log.txt";
     REQUIRE(exit_status(wait_for(spawn({"--generate", std::to_string(records), input}, {}, log))) == 0);
     job_test::append(input, "{broken\n{\"text\":\"no id\"}\n{\"id\":\"tail\",\"text\":\"the end\"}\n");
     for (int i = 0; i < records; ++i) ids.push_back("r" + std::to_string(i));
     ids.push_back("tail");
-    REQUIRE(exit_status(wait_for(spawn(run_args(ref, dir / "ref-ckpt", 32, 0), {}, log))) == 0);
+    REQUIRE(exit_status(wait_for(spawn({"--input", input, "--output", output, "--checkpoint-dir",
+                                        dir / "ckpt", "--batch", "32", "--every", "0"},
+                                       {}, log))) == 0);
   }
-  std::vector<std::string> run_args(const std::string& output, const std::string& checkpoint_dir, int batch,
-                                    int every) const {
-    return {"--input",          input,
-            "--output",         output,
-            "--checkpoint-dir", checkpoint_dir,
+};
+
+const reference& shared_reference() {
+  static const reference r;
+  return r;
+}
+
+struct fixture {
+  const reference& ref = shared_reference();
+  temp_dir dir;
+  std::string out = dir / "out.jsonl";
+  std::string ckpt = dir / "ckpt";
+  std::string log = dir / "log.txt";
+
+  std::vector<std::string> args(int batch, int every) const {
+    return {"--input",          ref.input,
+            "--output",         out,
+            "--checkpoint-dir", ckpt,
             "--batch",          std::to_string(batch),
             "--every",          std::to_string(every)};
   }
-  std::vector<std::string> args(int batch, int every) const { return run_args(out, ckpt, batch, every); }
   void reset() const {
     std::filesystem::remove(out);
     std::filesystem::remove(out + ".errors");
@@ -117,11 +130,23 @@ struct fixture {
     std::istringstream lines(got);
     std::vector<std::string> seen;
     for (std::string line; std::getline(lines, line);) seen.push_back(nlohmann::json::parse(line)["id"]);
-    CHECK(seen == ids);
-    CHECK(got == slurp(ref));
-    CHECK(slurp(out + ".errors") == slurp(ref + ".errors"));
+    CHECK(seen == ref.ids);
+    CHECK(got == slurp(ref.output));
+    CHECK(slurp(out + ".errors") == slurp(ref.output + ".errors"));
   }
 };
+
+// Waits, bounded, for `path` to appear.
+bool appears(const std::string& path, const child& c) {
+  const auto limit = clock_type::now() + std::chrono::seconds(10);
+  while (clock_type::now() < limit) {
+    if (std::filesystem::exists(path)) return true;
+    int status = 0;
+    if (::waitpid(c.pid, &status, WNOHANG) == c.pid) FAIL("the job exited before its checkpoint appeared");
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  return false;
+}
 
 }  // namespace
 
@@ -135,18 +160,24 @@ TEST_CASE("job kill: SIGKILL at 20+ seeded random points, each resumed, gives th
   std::mt19937 rng(22);
   const int batches[] = {8, 16, 32};
   const int everies[] = {1, 1, 8, 40};
-  int kills = 0, during_checkpoint = 0, rounds = 0, spawns = 0;
+  const std::string tmp = f.ckpt + "/checkpoint.json.tmp";
+  int kills = 0, during_checkpoint = 0, aimed = 0, rounds = 0, spawns = 0;
   while (kills < 20 && spawns < 300) {
     f.reset();
     ++rounds;
     for (;;) {
-      // One run in three holds each checkpoint for 3 ms before its rename, so kills land mid-checkpoint.
-      const bool pause = rng() % 3 == 0;
+      // Every fourth kill is aimed: checkpoints are held 20 ms before their rename and the kill comes as soon
+      // as the temporary file appears. The others come after a random delay.
+      const bool aim = kills < 20 && kills % 4 == 0;
+      std::filesystem::remove(tmp);
       const child c =
-          spawn(f.args(batches[rng() % 3], everies[rng() % 4]),
-                {pause ? "FRUGAL_JOB_CHECKPOINT_PAUSE_MS=3" : "FRUGAL_JOB_CHECKPOINT_PAUSE_MS=0"}, f.log);
+          spawn(f.args(batches[rng() % 3], aim ? 1 : everies[rng() % 4]),
+                {aim ? "FRUGAL_JOB_CHECKPOINT_PAUSE_MS=20" : "FRUGAL_JOB_CHECKPOINT_PAUSE_MS=0"}, f.log);
       ++spawns;
-      if (kills < 20) {
+      if (aim) {
+        aimed += appears(tmp, c);
+        ::kill(c.pid, SIGKILL);
+      } else if (kills < 20) {
         const auto us = std::chrono::duration_cast<std::chrono::microseconds>(full).count();
         std::this_thread::sleep_for(std::chrono::microseconds(rng() % std::max<long long>(1, us * 2 / 5)));
         ::kill(c.pid, SIGKILL);
@@ -154,7 +185,7 @@ TEST_CASE("job kill: SIGKILL at 20+ seeded random points, each resumed, gives th
       const int status = wait_for(c);
       if (WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) {
         ++kills;
-        during_checkpoint += std::filesystem::exists(f.ckpt + "/checkpoint.json.tmp");
+        during_checkpoint += std::filesystem::exists(tmp);
         continue;
       }
       REQUIRE(exit_status(status) == 0);
@@ -163,10 +194,12 @@ TEST_CASE("job kill: SIGKILL at 20+ seeded random points, each resumed, gives th
     f.check_output();
   }
   MESSAGE(kills << " kills in " << rounds << " rounds and " << spawns << " runs, " << during_checkpoint
-                << " of them between the checkpoint's temporary file and its rename; uninterrupted run "
+                << " of them between a checkpoint's temporary file and its rename (" << aimed
+                << " aimed); uninterrupted run "
                 << std::chrono::duration_cast<std::chrono::milliseconds>(full).count() << " ms");
   CHECK(kills >= 20);
-  CHECK(during_checkpoint >= 1);
+  CHECK(aimed == 5);
+  CHECK(during_checkpoint >= 3);
 }
 
 TEST_CASE("job kill: SIGTERM within the deadline finishes the batch, checkpoints, exits 75, and resumes") {
@@ -180,11 +213,11 @@ TEST_CASE("job kill: SIGTERM within the deadline finishes the batch, checkpoints
   const nlohmann::json cp = f.checkpoint();
   CHECK(!cp["done"].get<bool>());
   CHECK(cp["records_done"].get<int>() > 0);
-  CHECK(cp["records_done"].get<int>() < fixture::records);
+  CHECK(cp["records_done"].get<int>() < reference::records);
   CHECK(cp["records_done"].get<int>() % 8 == 0);
   CHECK(std::filesystem::file_size(f.out) == cp["output_size"].get<std::uintmax_t>());
   CHECK(slurp(f.log).find("preempted, resumable") != std::string::npos);
-  REQUIRE(exit_status(wait_for(spawn(f.args(8, 100000), {}, f.log))) == 0);
+  REQUIRE(exit_status(wait_for(spawn(f.args(32, 100000), {}, f.log))) == 0);
   f.check_output();
 }
 
@@ -212,7 +245,7 @@ TEST_CASE(
   CHECK(slurp(f.log).find("in-flight batch abandoned") != std::string::npos);
   const nlohmann::json cp = f.checkpoint();
   CHECK(cp["records_done"].get<int>() == 8);
-  REQUIRE(exit_status(wait_for(spawn(f.args(8, 100000), {}, f.log))) == 0);
+  REQUIRE(exit_status(wait_for(spawn(f.args(32, 100000), {}, f.log))) == 0);
   f.check_output();
 }
 
@@ -222,7 +255,7 @@ TEST_CASE("job kill: an injected write failure exits 74 naming the file and errn
   const std::string log = slurp(f.log);
   CHECK(log.find("write (injected fault) " + f.dir.path.string()) != std::string::npos);
   CHECK(log.find("No space left on device (errno 28)") != std::string::npos);
-  REQUIRE(exit_status(wait_for(spawn(f.args(8, 5), {}, f.log))) == 0);
+  REQUIRE(exit_status(wait_for(spawn(f.args(32, 40), {}, f.log))) == 0);
   CHECK(slurp(f.log).find("resumed") != std::string::npos);
   f.check_output();
 }
