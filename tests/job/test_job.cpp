@@ -286,7 +286,7 @@ TEST_CASE(
   CHECK(r.stats().checkpoints == 5 + 1);  // after batches 2, 4, 6, 8, 10, and the final one
 }
 
-TEST_CASE("job runner: invalid options are refused at construction") {
+TEST_CASE("job runner: invalid options are refused at construction, and a second run() on one runner") {
   temp_dir d;
   auto o = opts(d);
   o.batch_size = 0;
@@ -295,6 +295,10 @@ TEST_CASE("job runner: invalid options are refused at construction") {
   o.output = o.input;
   CHECK(code_of([&] { job::runner(o, doubler); }) == job::errc::invalid_options);
   CHECK(code_of([&] { job::runner(opts(d), nullptr); }) == job::errc::invalid_options);
+  job_test::spit(d / "in.jsonl", corpus(2));
+  job::runner once(opts(d), doubler);
+  CHECK(once.run() == job::outcome::completed);
+  CHECK(code_of([&] { once.run(); }) == job::errc::invalid_options);
 }
 
 TEST_CASE("job failover: N preemptions within the window recommend on-demand, older ones do not count") {

@@ -216,6 +216,9 @@ inline void make_dir(const std::string& dir) {
 
 /// @brief Runs one job to completion or preemption. Output is exactly once and in input order across any
 /// number of crashes: a resume truncates the output to the checkpoint's size and reads on from its offset.
+/// Without a checkpoint the output and errors files are started afresh. Ids are carried to the output, not
+/// deduplicated. The batch function runs on a thread of the runner's, so the wait for it can watch the
+/// preemption deadline.
 template <class Clock = std::chrono::steady_clock>
 class basic_runner {
  public:
@@ -236,8 +239,12 @@ class basic_runner {
     fault_.pause_before_rename = o_.testing.pause_before_rename;
   }
 
-  /// @brief Runs (or resumes) the job. Returns completed or preempted; throws job::error.
+  /// @brief Runs (or resumes) the job, once per runner. Reads the whole input first to check its identity
+  /// against the checkpoint. Returns completed or preempted; throws job::error.
   outcome run() {
+    if (ran_)
+      throw error(errc::invalid_options, "run() called twice on one runner; make a new runner to resume");
+    ran_ = true;
     detail::signal_guard guard(o_.handle_signals);
     signal_base_ = detail::signal_count().load();
     detail::make_dir(o_.checkpoint_dir);
@@ -297,11 +304,10 @@ class basic_runner {
   }
   bool stop_requested() {
     const int n = stop_count();
-    if (n > 0 && !deadline_) {
-      deadline_ = clock_.now() + o_.preemption_deadline;
-      update([&](job::stats& s) { s.stop_requests = n; });
-    }
-    return n > 0;
+    if (n == 0) return false;
+    if (!deadline_) deadline_ = clock_.now() + o_.preemption_deadline;
+    update([&](job::stats& s) { s.stop_requests = n; });
+    return true;
   }
 
   template <class F>
@@ -492,6 +498,7 @@ class basic_runner {
   typename Clock::time_point last_checkpoint_{};
   std::optional<typename Clock::time_point> deadline_;
   bool dirs_synced_ = false;
+  bool ran_ = false;
   int signal_base_ = 0;
   std::atomic<int> requested_{0};
   mutable std::mutex stats_mu_;
