@@ -86,7 +86,7 @@ struct reference {
   std::string input = dir / "in.jsonl";
   std::string output = dir / "ref.jsonl";
   std::vector<std::string> ids;
-  static constexpr int records = 800;
+  static constexpr int records = 500;
 
   reference() {
     const std::string log = dir / "log.txt";
