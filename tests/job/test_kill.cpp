@@ -1,0 +1,290 @@
+// The example run as a child process and killed: SIGKILL at seeded random points, SIGTERM within and past
+// its deadline, and an injected write failure. After each, resuming must give the uninterrupted output.
+
+#include <doctest/doctest.h>
+
+#ifdef FRUGAL_BATCH_JOB
+
+#  include <fcntl.h>
+#  include <signal.h>
+#  include <spawn.h>
+#  include <sys/wait.h>
+#  include <unistd.h>
+
+#  include <algorithm>
+#  include <chrono>
+#  include <filesystem>
+#  include <nlohmann/json.hpp>
+#  include <random>
+#  include <sstream>
+#  include <string>
+#  include <thread>
+#  include <vector>
+
+#  include "test_util.hpp"
+
+extern char** environ;
+
+namespace {
+
+using job_test::slurp;
+using job_test::temp_dir;
+using clock_type = std::chrono::steady_clock;
+
+struct child {
+  pid_t pid = -1;
+  clock_type::time_point started;
+};
+
+child spawn(const std::vector<std::string>& args, const std::vector<std::string>& env,
+            const std::string& log) {
+  std::vector<char*> argv;
+  argv.push_back(const_cast<char*>(FRUGAL_BATCH_JOB));
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  std::vector<std::string> env_strings;
+  for (char** e = environ; *e; ++e)
+    if (std::string_view(*e).rfind("FRUGAL_JOB_", 0) != 0) env_strings.emplace_back(*e);
+  for (const auto& e : env) env_strings.push_back(e);
+  std::vector<char*> envp;
+  for (auto& e : env_strings) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+  posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  child c;
+  c.started = clock_type::now();
+  const int rc = posix_spawn(&c.pid, FRUGAL_BATCH_JOB, &fa, nullptr, argv.data(), envp.data());
+  posix_spawn_file_actions_destroy(&fa);
+  REQUIRE(rc == 0);
+  return c;
+}
+
+// The wait status; a child still running after 30 s is killed and fails the test.
+int wait_for(const child& c) {
+  const auto limit = clock_type::now() + std::chrono::seconds(30);
+  for (;;) {
+    int status = 0;
+    const pid_t r = ::waitpid(c.pid, &status, WNOHANG);
+    REQUIRE(r >= 0);
+    if (r == c.pid) return status;
+    if (clock_type::now() > limit) {
+      ::kill(c.pid, SIGKILL);
+      ::waitpid(c.pid, &status, 0);
+      FAIL("the job did not finish within 30 s");
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(500));
+  }
+}
+
+int exit_status(int status) { return WIFEXITED(status) ? WEXITSTATUS(status) : -1; }
+
+// The input and its uninterrupted output, made once and shared by the tests.
+struct reference {
+  temp_dir dir;
+  std::string input = dir / "in.jsonl";
+  std::string output = dir / "ref.jsonl";
+  std::vector<std::string> ids;
+  static constexpr int records = 500;
+
+  reference() {
+    const std::string log = dir / "log.txt";
+    REQUIRE(exit_status(wait_for(spawn({"--generate", std::to_string(records), input}, {}, log))) == 0);
+    job_test::append(input, "{broken\n{\"text\":\"no id\"}\n{\"id\":\"tail\",\"text\":\"the end\"}\n");
+    for (int i = 0; i < records; ++i) ids.push_back("r" + std::to_string(i));
+    ids.push_back("tail");
+    REQUIRE(exit_status(wait_for(spawn({"--input", input, "--output", output, "--checkpoint-dir",
+                                        dir / "ckpt", "--batch", "32", "--every", "0"},
+                                       {}, log))) == 0);
+  }
+};
+
+const reference& shared_reference() {
+  static const reference r;
+  return r;
+}
+
+struct fixture {
+  const reference& ref = shared_reference();
+  temp_dir dir;
+  std::string out = dir / "out.jsonl";
+  std::string ckpt = dir / "ckpt";
+  std::string log = dir / "log.txt";
+
+  std::vector<std::string> args(int batch, int every) const {
+    return {"--input",          ref.input,
+            "--output",         out,
+            "--checkpoint-dir", ckpt,
+            "--batch",          std::to_string(batch),
+            "--every",          std::to_string(every)};
+  }
+  void reset() const {
+    std::filesystem::remove(out);
+    std::filesystem::remove(out + ".errors");
+    std::filesystem::remove_all(ckpt);
+  }
+  // Bounded wait for the first results in the output.
+  void wait_for_output(const child& c) const {
+    const auto limit = clock_type::now() + std::chrono::seconds(10);
+    while (!std::filesystem::exists(out) || std::filesystem::file_size(out) == 0) {
+      int status = 0;
+      if (::waitpid(c.pid, &status, WNOHANG) == c.pid) FAIL("the job exited before writing a result");
+      if (clock_type::now() > limit) FAIL("no result within 10 s");
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  }
+  nlohmann::json checkpoint() const { return nlohmann::json::parse(slurp(ckpt + "/checkpoint.json")); }
+  // Every id exactly once, in input order, with the uninterrupted run's values, and the same errors file.
+  void check_output() const {
+    const std::string got = slurp(out);
+    std::istringstream lines(got);
+    std::vector<std::string> seen;
+    for (std::string line; std::getline(lines, line);) seen.push_back(nlohmann::json::parse(line)["id"]);
+    CHECK(seen == ref.ids);
+    CHECK(got == slurp(ref.output));
+    CHECK(slurp(out + ".errors") == slurp(ref.output + ".errors"));
+  }
+};
+
+// Waits, bounded, for `path` to appear while the child runs; false, with its wait status, if it exits first
+// (a kill that came after its final checkpoint leaves a finished job, and a rerun exits at once).
+bool appears(const std::string& path, const child& c, int& status) {
+  const auto limit = clock_type::now() + std::chrono::seconds(10);
+  while (clock_type::now() < limit) {
+    if (std::filesystem::exists(path)) return true;
+    if (::waitpid(c.pid, &status, WNOHANG) == c.pid) return false;
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  FAIL("no checkpoint within 10 s");
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("job kill: SIGKILL at 20+ seeded random points, each resumed, gives the uninterrupted output") {
+  fixture f;
+  const auto t0 = clock_type::now();
+  REQUIRE(exit_status(wait_for(spawn(f.args(8, 1), {}, f.log))) == 0);
+  const auto full = clock_type::now() - t0;  // an uninterrupted run with a checkpoint per batch
+  f.check_output();
+
+  std::mt19937 rng(22);
+  const int batches[] = {8, 16, 32};
+  const int everies[] = {1, 1, 8, 40};
+  const std::string tmp = f.ckpt + "/checkpoint.json.tmp";
+  int kills = 0, during_checkpoint = 0, aimed = 0, rounds = 0, spawns = 0;
+  while (kills < 20 && spawns < 300) {
+    f.reset();
+    ++rounds;
+    for (;;) {
+      // Every fourth kill is aimed: checkpoints are held 20 ms before their rename and the kill comes as soon
+      // as the temporary file appears. The others come after a random delay.
+      const bool aim = kills < 20 && kills % 4 == 0;
+      std::filesystem::remove(tmp);
+      const child c =
+          spawn(f.args(batches[rng() % 3], aim ? 1 : everies[rng() % 4]),
+                {aim ? "FRUGAL_JOB_CHECKPOINT_PAUSE_MS=20" : "FRUGAL_JOB_CHECKPOINT_PAUSE_MS=0"}, f.log);
+      ++spawns;
+      int status = 0;
+      bool exited = false;
+      if (aim) {
+        if (appears(tmp, c, status)) {
+          ++aimed;
+          ::kill(c.pid, SIGKILL);
+        } else {
+          exited = true;
+        }
+      } else if (kills < 20) {
+        const auto us = std::chrono::duration_cast<std::chrono::microseconds>(full).count();
+        std::this_thread::sleep_for(std::chrono::microseconds(rng() % std::max<long long>(1, us * 2 / 5)));
+        ::kill(c.pid, SIGKILL);
+      }
+      if (!exited) status = wait_for(c);
+      if (WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) {
+        ++kills;
+        during_checkpoint += std::filesystem::exists(tmp);
+        continue;
+      }
+      REQUIRE(exit_status(status) == 0);
+      break;
+    }
+    f.check_output();
+  }
+  MESSAGE(kills << " kills in " << rounds << " rounds and " << spawns << " runs, " << during_checkpoint
+                << " of them between a checkpoint's temporary file and its rename (" << aimed
+                << " aimed); uninterrupted run "
+                << std::chrono::duration_cast<std::chrono::milliseconds>(full).count() << " ms");
+  CHECK(kills >= 20);
+  CHECK(aimed == 5);
+  CHECK(during_checkpoint >= 3);
+}
+
+TEST_CASE("job kill: SIGTERM within the deadline finishes the batch, checkpoints, exits 75, and resumes") {
+  fixture f;
+  const child c = spawn(f.args(8, 100000), {"FRUGAL_JOB_SLOW_MS=20"}, f.log);
+  f.wait_for_output(c);  // the signal handler is in place once a batch is out
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ::kill(c.pid, SIGTERM);
+  const auto signalled = clock_type::now();
+  CHECK(exit_status(wait_for(c)) == 75);
+  CHECK(clock_type::now() - signalled < std::chrono::seconds(2));
+  const nlohmann::json cp = f.checkpoint();
+  CHECK(!cp["done"].get<bool>());
+  CHECK(cp["records_done"].get<int>() > 0);
+  CHECK(cp["records_done"].get<int>() < reference::records);
+  const std::string partial = slurp(f.out);
+  CHECK(std::count(partial.begin(), partial.end(), '\n') == cp["records_done"].get<int>());
+  CHECK(std::filesystem::file_size(f.out) == cp["output_size"].get<std::uintmax_t>());
+  CHECK(slurp(f.log).find("preempted, resumable") != std::string::npos);
+  REQUIRE(exit_status(wait_for(spawn(f.args(32, 100000), {}, f.log))) == 0);
+  f.check_output();
+}
+
+TEST_CASE(
+    "job kill: past the deadline, or at a second SIGTERM, the done work is checkpointed and it exits 75") {
+  fixture f;
+  std::vector<std::string> args = f.args(8, 100000);
+  bool twice = false;
+  SUBCASE("the deadline passes") { args.insert(args.end(), {"--deadline-ms", "100"}); }
+  SUBCASE("a second signal") {
+    args.insert(args.end(), {"--deadline-ms", "60000"});
+    twice = true;
+  }
+  // Each batch takes 1 s: 300 ms after the first is out, the second is in flight.
+  const child c = spawn(args, {"FRUGAL_JOB_SLOW_MS=1000"}, f.log);
+  f.wait_for_output(c);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  ::kill(c.pid, SIGTERM);
+  const auto signalled = clock_type::now();
+  if (twice) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    ::kill(c.pid, SIGTERM);
+  }
+  CHECK(exit_status(wait_for(c)) == 75);
+  CHECK(clock_type::now() - signalled < std::chrono::milliseconds(600));
+  CHECK(slurp(f.log).find("in-flight batch abandoned") != std::string::npos);
+  const nlohmann::json cp = f.checkpoint();
+  CHECK(cp["records_done"].get<int>() == 8);
+  REQUIRE(exit_status(wait_for(spawn(f.args(32, 100000), {}, f.log))) == 0);
+  f.check_output();
+}
+
+TEST_CASE("job kill: an injected write failure exits 74 naming the file and errno, and a resume completes") {
+  fixture f;
+  REQUIRE(exit_status(wait_for(spawn(f.args(8, 5), {"FRUGAL_JOB_FAIL_WRITE_AFTER=25"}, f.log))) == 74);
+  const std::string log = slurp(f.log);
+  CHECK(log.find("write (injected fault) " + f.dir.path.string()) != std::string::npos);
+  CHECK(log.find("No space left on device (errno 28)") != std::string::npos);
+  REQUIRE(exit_status(wait_for(spawn(f.args(32, 40), {}, f.log))) == 0);
+  CHECK(slurp(f.log).find("resumed") != std::string::npos);
+  f.check_output();
+}
+
+#else
+
+TEST_CASE("job kill: skipped, the example frugal_batch_job is not built (FRUGAL_BUILD_EXAMPLES=OFF)") {
+  MESSAGE("the kill tests need examples/batch_job; configure with -DFRUGAL_BUILD_EXAMPLES=ON to run them");
+}
+
+#endif
