@@ -23,11 +23,13 @@
 #include <thread>
 #include <vector>
 
-#include <httplib.h>
 #include <frugal/frugal.hpp>
 #include <nlohmann/json.hpp>
 
 #include "bert.hpp"
+
+// After Eigen: httplib pulls in OpenSSL's headers, whose macros break Eigen's if they come first.
+#include <httplib.h>
 
 namespace server {
 
