@@ -434,7 +434,8 @@ class app {
   }
 
   std::string metrics() {
-    std::string out = frugal::cost::to_prometheus(ledger_.snapshot());
+    const auto snap = ledger_.snapshot();
+    std::string out = frugal::cost::to_prometheus(snap);
     char line[256];
     const auto add = [&](const char* name, const char* type, const char* help, double v) {
       std::snprintf(line, sizeof line, "# HELP %s %s\n# TYPE %s %s\n%s %.17g\n", name, help, name, type, name,
@@ -468,6 +469,12 @@ class app {
         static_cast<double>(resident_bytes()));
     add("frugal_process_memory_ratio", "gauge", "Resident set over physical memory.",
         static_cast<double>(resident_bytes()) / static_cast<double>(physical_bytes()));
+    // The replica advisor under the HPA rule (min 0, max 6, target 70%), for an HPA or KEDA to consume.
+    const auto replicas = frugal::cost::advise_replicas(
+        snap, {.target_utilization = 0.70, .min_replicas = 0, .max_replicas = 6});
+    add("frugal_replicas_desired", "gauge",
+        "Replicas the HPA rule asks for at the measured utilization (min 0, max 6, target 70%).",
+        static_cast<double>(replicas.desired));
     add("frugal_model_ready", "gauge", "1 when the model is loaded and warm.", ready_ && !draining_ ? 1 : 0);
     return out;
   }

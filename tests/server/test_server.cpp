@@ -1,0 +1,417 @@
+// The example server as its users run it: a child process on 127.0.0.1, a real HTTP client, a real
+// Prometheus scraping it, and wrk. Every service is started here on a free port and stopped after.
+#include <doctest/doctest.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bert.hpp"
+
+// After Eigen (see examples/server/server.hpp).
+#include <httplib.h>
+
+extern char** environ;
+
+namespace {
+
+using json = nlohmann::json;
+namespace fs = std::filesystem;
+
+std::string model_dir() {
+  if (const char* e = std::getenv("FRUGAL_MODEL_DIR"); e && *e) return e;
+  return FRUGAL_MODEL_DIR;
+}
+
+bool have_model() {
+  if (fs::exists(model_dir() + "/model.safetensors")) return true;
+  MESSAGE("server: no model at " << model_dir() << ", skipped");
+  return false;
+}
+
+int free_port() {
+  const int s = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  socklen_t len = sizeof a;
+  ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(s);
+  return ntohs(a.sin_port);
+}
+
+// A child process with its stdout on a pipe; killed (SIGKILL) if still running at destruction.
+struct child {
+  pid_t pid = -1;
+  int out = -1;
+  child(std::vector<std::string> args, std::vector<std::string> env_extra = {}) {
+    int p[2];
+    REQUIRE(::pipe(p) == 0);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, p[1], 1);
+    posix_spawn_file_actions_addclose(&fa, p[0]);
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    std::vector<std::string> env_store;
+    for (char** e = environ; *e; ++e) env_store.emplace_back(*e);
+    for (auto& e : env_extra) env_store.push_back(e);
+    std::vector<char*> envp;
+    for (auto& e : env_store) envp.push_back(e.data());
+    envp.push_back(nullptr);
+    REQUIRE(posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), envp.data()) == 0);
+    posix_spawn_file_actions_destroy(&fa);
+    ::close(p[1]);
+    out = p[0];
+  }
+  // The first stdout line (with a deadline).
+  std::string line(std::chrono::seconds within) {
+    std::string s;
+    const auto end = std::chrono::steady_clock::now() + within;
+    while (std::chrono::steady_clock::now() < end) {
+      pollfd pf{out, POLLIN, 0};
+      if (::poll(&pf, 1, 100) <= 0) continue;
+      char c;
+      if (::read(out, &c, 1) != 1) break;
+      if (c == '\n') return s;
+      s += c;
+    }
+    return s;
+  }
+  int wait_exit(std::chrono::seconds within) {
+    const auto end = std::chrono::steady_clock::now() + within;
+    int st = 0;
+    while (std::chrono::steady_clock::now() < end) {
+      const pid_t r = ::waitpid(pid, &st, WNOHANG);
+      if (r == pid) {
+        pid = -1;
+        return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return -1;
+  }
+  ~child() {
+    if (pid > 0) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, nullptr, 0);
+    }
+    if (out >= 0) ::close(out);
+  }
+};
+
+// frugal_server on a free port, ready to serve.
+struct server_proc {
+  std::unique_ptr<child> proc;
+  int port = 0;
+  explicit server_proc(std::vector<std::string> flags, std::vector<std::string> env = {}) {
+    std::vector<std::string> args{FRUGAL_SERVER_EXE, "--model", model_dir(), "--port", "0",
+                                  "--precision",     "fp32"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    proc = std::make_unique<child>(args, env);
+    const std::string l = proc->line(std::chrono::seconds(60));
+    REQUIRE_MESSAGE(l.rfind("listening on 127.0.0.1:", 0) == 0, "server said: " << l);
+    port = std::stoi(l.substr(l.rfind(':') + 1));
+  }
+  httplib::Client client() const {
+    httplib::Client c("127.0.0.1", port);
+    c.set_read_timeout(30, 0);
+    return c;
+  }
+};
+
+// One HTTP/1.1 POST on a fresh connection, read to EOF: the concurrency tests use it instead of
+// httplib::Client, whose client side dropped some answers under a burst where curl and Python did not.
+struct raw_response {
+  int status = -1;  // -1: no answer (connection failed or closed without a status line)
+  std::string headers, body;
+};
+raw_response raw_post(int port, const std::string& path, const std::string& payload) {
+  raw_response r;
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<std::uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    ::close(fd);
+    return r;
+  }
+  const std::string req =
+      "POST " + path +
+      " HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nConnection: close\r\n" +
+      "Content-Length: " + std::to_string(payload.size()) + "\r\n\r\n" + payload;
+  for (std::size_t off = 0; off < req.size();) {
+    const ssize_t n = ::send(fd, req.data() + off, req.size() - off, MSG_NOSIGNAL);
+    if (n <= 0) {
+      ::close(fd);
+      return r;
+    }
+    off += static_cast<std::size_t>(n);
+  }
+  std::string all;
+  char buf[4096];
+  for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;) all.append(buf, static_cast<std::size_t>(n));
+  ::close(fd);
+  const auto eoh = all.find("\r\n\r\n");
+  if (all.rfind("HTTP/1.1 ", 0) != 0 || eoh == std::string::npos) return r;
+  r.status = std::atoi(all.c_str() + 9);
+  r.headers = all.substr(0, eoh);
+  r.body = all.substr(eoh + 4);
+  return r;
+}
+
+std::string body(const json& input, const std::string& model = "all-MiniLM-L6-v2") {
+  return json{{"model", model}, {"input", input}}.dump();
+}
+
+double metric(const std::string& text, const std::string& series) {
+  const auto at = text.find("\n" + series + " ");
+  return at == std::string::npos ? -1 : std::strtod(text.c_str() + at + series.size() + 2, nullptr);
+}
+
+}  // namespace
+
+TEST_CASE("server: /v1/embeddings answers in the OpenAI shape, equal to the encoder, and tags the feature") {
+  if (!have_model()) return;
+  server_proc s({});
+  auto c = s.client();
+  CHECK(c.Get("/healthz")->status == 200);
+  CHECK(c.Get("/readyz")->status == 200);
+  const std::vector<std::string> texts{"The quick brown fox.", "Ça va? 日本語", "the quick brown fox."};
+  httplib::Headers h{{"X-Frugal-Feature", "search"}};
+  auto r = c.Post("/v1/embeddings", h, body(texts), "application/json");
+  REQUIRE(r);
+  REQUIRE(r->status == 200);
+  const json j = json::parse(r->body);
+  CHECK(j["object"] == "list");
+  CHECK(j["model"] == "all-MiniLM-L6-v2");
+  REQUIRE(j["data"].size() == 3);
+  const auto want = bert::encoder::load(model_dir()).encode_texts(texts);
+  std::size_t tokens = 0;
+  for (std::size_t i = 0; i < 3; ++i) {
+    CHECK(j["data"][i]["index"] == i);
+    CHECK(j["data"][i]["object"] == "embedding");
+    const auto v = j["data"][i]["embedding"].get<std::vector<float>>();
+    REQUIRE(v.size() == 384);
+    CHECK(bert::cosine(v, want[i]) > 0.99999);
+    tokens += bert::encoder::load(model_dir()).tokenize(texts[i]).size();
+  }
+  CHECK(j["usage"]["prompt_tokens"] == tokens);
+  // A single string, a repeat (answered by the cache), and the user field as the feature.
+  r = c.Post("/v1/embeddings",
+             json{{"model", "all-MiniLM-L6-v2"}, {"input", texts[0]}, {"user", "chat"}}.dump(),
+             "application/json");
+  REQUIRE(r->status == 200);
+  CHECK(json::parse(r->body)["data"].size() == 1);
+  const std::string m = c.Get("/metrics")->body;
+  CHECK(metric(m, "frugal_requests_total{feature=\"search\",outcome=\"ok\"}") == 3);
+  CHECK(metric(m, "frugal_requests_total{feature=\"chat\",outcome=\"ok\"}") == 1);
+  CHECK(metric(m, "frugal_cache_hits_total{feature=\"chat\"}") == 1);
+  CHECK(metric(m, "frugal_process_resident_bytes") > 50e6);
+  CHECK(metric(m, "frugal_model_ready") == 1);
+  CHECK(c.Get("/v1/models")->body.find("all-MiniLM-L6-v2") != std::string::npos);
+}
+
+TEST_CASE("server: bad requests get OpenAI-shaped errors with the right status and the field named") {
+  if (!have_model()) return;
+  server_proc s({"--max-body-bytes", "4096", "--max-inputs", "4"});
+  auto c = s.client();
+  const auto expect = [&](const std::string& b, int status, const std::string& words, const char* param) {
+    CAPTURE(b);
+    auto r = c.Post("/v1/embeddings", b, "application/json");
+    REQUIRE(r);
+    CHECK(r->status == status);
+    const json j = json::parse(r->body, nullptr, false);
+    REQUIRE(j.is_object());
+    CHECK(j["error"]["message"].get<std::string>().find(words) != std::string::npos);
+    if (param) CHECK(j["error"]["param"] == param);
+  };
+  expect("{not json", 400, "not valid JSON", nullptr);
+  expect("[1, 2]", 400, "JSON object", nullptr);
+  expect(R"({"input": "a"})", 400, "'model'", "model");
+  expect(body("a", "gpt-9"), 404, "gpt-9", "model");
+  expect(R"({"model": "all-MiniLM-L6-v2"})", 400, "'input' is required", "input");
+  expect(body(42), 400, "string or an array", "input");
+  expect(body(json::array()), 400, "must not be empty", "input");
+  expect(body(""), 400, "empty string", "input");
+  expect(body(json::array({"ok", 7})), 400, "input[1]", "input");
+  expect(body(json::array({"a", "b", "c", "d", "e"})), 400, "over the limit of 4", "input");
+  expect(json{{"model", "all-MiniLM-L6-v2"}, {"input", "a"}, {"encoding_format", "base64"}}.dump(), 400,
+         "encoding_format", "encoding_format");
+  expect(json{{"model", "all-MiniLM-L6-v2"}, {"input", "a"}, {"user", 5}}.dump(), 400, "'user'", "user");
+  expect(body(std::string(5000, 'x')), 413, "over the server's limit", nullptr);
+  auto r = c.Get("/nothing");
+  CHECK(r->status == 404);
+  CHECK(json::parse(r->body)["error"]["message"] == "no such route");
+}
+
+TEST_CASE("server: with a token, requests without it get 401 and never reach the model") {
+  if (!have_model()) return;
+  server_proc s({}, {"FRUGAL_SERVER_TOKEN=s3cret-token"});
+  auto c = s.client();
+  auto r = c.Post("/v1/embeddings", body("hello"), "application/json");
+  CHECK(r->status == 401);
+  CHECK(r->get_header_value("WWW-Authenticate") == "Bearer");
+  r = c.Post("/v1/embeddings", {{"Authorization", "Bearer s3cret-tokeN"}}, body("hello"), "application/json");
+  CHECK(r->status == 401);
+  CHECK(c.Get("/metrics")->status == 401);
+  CHECK(c.Get("/healthz")->status == 200);
+  const httplib::Headers ok{{"Authorization", "Bearer s3cret-token"}};
+  const std::string m = c.Get("/metrics", ok)->body;
+  CHECK(metric(m, "frugal_batcher_submitted_total") == 0);  // the 401s reached no model
+  CHECK(c.Post("/v1/embeddings", ok, body("hello"), "application/json")->status == 200);
+}
+
+TEST_CASE("server: SIGTERM answers every accepted request, flushes the ledger's exports and exits 0") {
+  if (!have_model()) return;
+  const fs::path dir = fs::temp_directory_path() / ("frugal_server_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  server_proc s({"--window-ms", "3000", "--max-batch", "64", "--export-dir", dir.string()});
+  constexpr int n = 12;
+  std::atomic<int> ok{0};
+  std::vector<std::jthread> clients;  // joined on every exit path, before the server is killed
+  for (int i = 0; i < n; ++i)
+    clients.emplace_back([&, i] {
+      const auto r = raw_post(s.port, "/v1/embeddings", body("sentence number " + std::to_string(i)));
+      if (r.status == 200 && json::parse(r.body)["data"].size() == 1) ok.fetch_add(1);
+    });
+  // Every request is in the batcher's window before the signal.
+  auto c = s.client();
+  for (int k = 0; k < 1000 && metric(c.Get("/metrics")->body, "frugal_batcher_submitted_total") < n; ++k)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  REQUIRE(metric(c.Get("/metrics")->body, "frugal_batcher_submitted_total") == n);
+  ::kill(s.proc->pid, SIGTERM);
+  for (auto& t : clients) t.join();
+  CHECK(ok.load() == n);
+  CHECK(s.proc->wait_exit(std::chrono::seconds(30)) == 0);
+  std::ifstream prom(dir / "ledger.prom");
+  const std::string text((std::istreambuf_iterator<char>(prom)), {});
+  CHECK(metric("\n" + text, "frugal_requests_total{feature=\"default\",outcome=\"ok\"}") == n);
+  CHECK(fs::exists(dir / "ledger.json"));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("server: overload is refused at once with 429 and Retry-After; every accepted request succeeds") {
+  if (!have_model()) return;
+  server_proc s({"--max-queued", "4", "--window-ms", "50", "--max-batch", "4", "--http-threads", "48",
+                 "--cache-entries", "0"});
+  constexpr int n = 40;
+  std::atomic<int> ok{0}, rejected{0}, other{0};
+  std::vector<std::jthread> clients;
+  for (int i = 0; i < n; ++i)
+    clients.emplace_back([&, i] {
+      const auto r =
+          raw_post(s.port, "/v1/embeddings",
+                   body("a longer sentence that takes the model a while, number " + std::to_string(i)));
+      if (r.status == 200)
+        ok.fetch_add(1);
+      else if (r.status == 429 && r.headers.find("\r\nRetry-After: 1") != std::string::npos)
+        rejected.fetch_add(1);
+      else {
+        other.fetch_add(1);
+        MESSAGE("overload: other answer " << r.status << " " << r.body);
+      }
+    });
+  for (auto& t : clients) t.join();
+  MESSAGE("overload: " << ok.load() << " answered, " << rejected.load() << " refused with 429");
+  CHECK(other.load() == 0);
+  CHECK(ok.load() + rejected.load() == n);
+  CHECK(rejected.load() > 0);
+  CHECK(ok.load() >= 4);
+  auto c = s.client();
+  CHECK(c.Get("/readyz")->status == 200);
+  CHECK(c.Post("/v1/embeddings", body("after the storm"), "application/json")->status == 200);
+}
+
+TEST_CASE("server: a real Prometheus scrapes /metrics and sees frugal's series with the right values") {
+  if (!have_model()) return;
+  if (!fs::exists(FRUGAL_PROMETHEUS)) {
+    MESSAGE("server: no prometheus binary (Debian's prometheus package), skipped");
+    return;
+  }
+  server_proc s({});
+  auto c = s.client();
+  for (int i = 0; i < 5; ++i)
+    REQUIRE(c.Post("/v1/embeddings", {{"X-Frugal-Feature", "scraped"}},
+                   body("scrape me " + std::to_string(i % 3)), "application/json")
+                ->status == 200);
+  const fs::path dir = fs::temp_directory_path() / ("frugal_prom_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  {
+    std::ofstream cfg(dir / "prometheus.yml");
+    cfg << "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: frugal\n    static_configs:\n"
+        << "      - targets: ['127.0.0.1:" << s.port << "']\nrule_files:\n  - " << FRUGAL_ALERT_RULES << "\n";
+  }
+  const int pport = free_port();
+  child prom({FRUGAL_PROMETHEUS, "--config.file=" + (dir / "prometheus.yml").string(),
+              "--storage.tsdb.path=" + (dir / "data").string(),
+              "--web.listen-address=127.0.0.1:" + std::to_string(pport)});
+  httplib::Client pc("127.0.0.1", pport);
+  const auto query = [&](const std::string& q) -> double {
+    auto r = pc.Get("/api/v1/query", httplib::Params{{"query", q}}, httplib::Headers{});
+    if (!r || r->status != 200) return -1;
+    const json j = json::parse(r->body, nullptr, false);
+    if (j.is_discarded() || j["data"]["result"].empty()) return -1;
+    return std::stod(j["data"]["result"][0]["value"][1].get<std::string>());
+  };
+  double got = -1, hits = -1;
+  for (int k = 0; k < 300 && (got != 5 || hits != 2); ++k) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    got = query(R"(frugal_requests_total{feature="scraped",outcome="ok"})");
+    hits = query(R"(frugal_cache_hits_total{feature="scraped"})");
+  }
+  CHECK(got == 5);
+  CHECK(hits == 2);
+  CHECK(query("frugal_model_ready") == 1);
+  CHECK(query(R"(up{job="frugal"})") == 1);
+  // The alert rules loaded (a rule group is listed by the rules API).
+  auto r = pc.Get("/api/v1/rules");
+  REQUIRE(r);
+  CHECK(r->body.find("FrugalP99LatencyHigh") != std::string::npos);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("server: a short wrk run below capacity gets no non-2xx response") {
+  if (!have_model()) return;
+  if (!fs::exists(FRUGAL_WRK)) {
+    MESSAGE("server: no wrk binary (Debian's wrk package), skipped");
+    return;
+  }
+  server_proc s({"--max-queued", "4096"});
+  const fs::path dir = fs::temp_directory_path() / ("frugal_wrk_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  {
+    std::ofstream f(dir / "sentences.txt");
+    for (int i = 0; i < 50; ++i) f << "wrk sentence " << i << " about the weather\n";
+  }
+  const std::string out = (dir / "wrk.txt").string();
+  const std::string cmd = std::string(FRUGAL_WRK) + " -t 1 -c 4 -d 3s -s " + FRUGAL_WRK_SCRIPT +
+                          " http://127.0.0.1:" + std::to_string(s.port) + "/v1/embeddings > " + out + " 2>&1";
+  const int rc =
+      std::system(("FRUGAL_WRK_SENTENCES=" + (dir / "sentences.txt").string() + " " + cmd).c_str());
+  std::ifstream in(out);
+  const std::string text((std::istreambuf_iterator<char>(in)), {});
+  INFO(text);
+  CHECK(rc == 0);
+  CHECK(text.find("requests in") != std::string::npos);
+  CHECK(text.find("Non-2xx") == std::string::npos);
+  CHECK(text.find("Socket errors") == std::string::npos);
+  fs::remove_all(dir);
+}
