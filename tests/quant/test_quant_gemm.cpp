@@ -287,3 +287,147 @@ TEST_CASE("quant gemm: mismatched shapes and options fail with a clear error") {
             q::gemm_w8a8(a, w, out, {.path = q::simd_path::avx512_vnni});
           }).find("not supported") != std::string::npos);
 }
+
+// Issue 19, class 2: every field of every argument struct is validated before memory is touched, with
+// an error that names the function and the field.
+#define CHECK_INVALID(expr, text) CHECK_THROWS_WITH_AS(expr, doctest::Contains(text), std::invalid_argument)
+
+TEST_CASE("quant gemm: hostile argument structs fail with an error naming the function and the field") {
+  std::mt19937 rng(19);
+  const auto a0 = random_activations(2, 40, rng, true);
+  const auto w0 = random_weights(4, 40, rng);
+  std::vector<float> out(8), xf(2 * 40, 0.5f);
+  std::vector<std::int8_t> o8(8);
+  const q::simd_path path = q::simd_path::portable;  // the check must not depend on the kernel
+  SUBCASE("quantized_weights") {
+    auto w = w0;
+    const auto run = [&] { q::gemm_w8a8(a0, w, out, {.path = path}); };
+    const auto wo = [&] { q::gemm_weight_only(xf, 2, w, out); };
+    w.scales.pop_back();
+    CHECK_INVALID(run(), "frugal::quant::gemm_w8a8: weights.scales has 3 entries, not N = 4");
+    CHECK_INVALID(wo(), "frugal::quant::gemm_weight_only: weights.scales has 3 entries");
+    w = w0;
+    w.scales[1] = std::nanf("");
+    CHECK_INVALID(run(), "weights.scales[1]");
+    CHECK_INVALID(wo(), "weights.scales[1]");
+    w = w0;
+    w.data.clear();  // null data with rows * cols = 160
+    CHECK_INVALID(run(), "weights.data has 0 elements, not N * K = 4 * 40");
+    CHECK_INVALID(wo(), "weights.data has 0 elements");  // gemm_weight_only read it unchecked
+    w = w0;
+    w.packed.clear();  // the CPU copy missing: the SIMD kernels read it
+    CHECK_INVALID(run(), "weights.packed has 0 bytes");
+    CHECK_NOTHROW(wo());  // weight-only GEMM does not need it
+    w = w0;
+    w.packed_corr.resize(4);
+    CHECK_INVALID(run(), "weights.packed_corr has 4 entries");
+    w = w0;
+    w.col_sums.clear();
+    CHECK_INVALID(run(), "weights.col_sums has 0 entries, not N = 4");
+    w = w0;
+    w.col_sums[2] += 1;
+    CHECK_INVALID(run(), "weights.packed_corr[2]");
+    w = w0;
+    w.col_sums[0] = 1 << 30;  // would overflow za * colsum in the epilogue
+    w.packed_corr[0] = 0;
+    CHECK_INVALID(run(), "weights.col_sums[0]");
+  }
+  SUBCASE("quantized_activations") {
+    auto a = a0;
+    const auto run = [&] { q::gemm_w8a8(a, w0, out, {.path = path}); };
+    a.data.clear();
+    CHECK_INVALID(run(), "frugal::quant::gemm_w8a8: activations.data has 0 elements, not M * K = 2 * 40");
+    a = a0;
+    a.scales = {1.0f};
+    CHECK_INVALID(run(), "activations.scales has 1 entries, not M = 2");
+    a = a0;
+    a.scales[1] = -std::numeric_limits<float>::infinity();
+    CHECK_INVALID(run(), "activations.scales[1]");
+    a = a0;
+    a.zero_points.resize(3);
+    CHECK_INVALID(run(), "activations.zero_points has 3 entries");
+    a = a0;
+    a.zero_points[0] = 1 << 24;
+    CHECK_INVALID(run(), "activations.zero_points[0] = 16777216 is outside [-128, 127]");
+  }
+  SUBCASE("options") {
+    CHECK_INVALID(q::gemm_w8a8(a0, w0, out, {.activation = static_cast<q::activation_kind>(9)}),
+                  "options.activation 9");
+    CHECK_INVALID(q::gemm_weight_only(xf, 2, w0, out, {.activation = static_cast<q::activation_kind>(9)}),
+                  "options.activation 9");
+    CHECK_INVALID(q::gemm_w8a8(a0, w0, o8, {.activation = q::activation_kind::gelu}), "options.activation");
+    for (float bad : {0.0f, -1.0f, std::nanf(""), std::numeric_limits<float>::infinity()})
+      CHECK_INVALID(q::gemm_w8a8(a0, w0, o8, {.output_scale = bad}), "options.output_scale");
+    // Finite and > 0, but sa * sb / output_scale needs a shift beyond 31 (1 << shift was UB).
+    CHECK_INVALID(q::gemm_w8a8(a0, w0, o8, {.output_scale = 1e-30f}), "options.output_scale = ");
+    const std::vector<float> bias = {0.0f, std::nanf(""), 0.0f, 0.0f};
+    CHECK_INVALID(q::gemm_w8a8(a0, w0, o8, {.bias = bias}), "options.bias[1]");
+    CHECK_INVALID(q::quantize_multiplier(1e30), "frugal::quant::quantize_multiplier");
+    // A hand-made shift beyond 31 acts as 31 (x * 2^31 already saturates), without UB.
+    CHECK(q::multiply_by_quantized_multiplier(5, {1 << 30, 200}) ==
+          q::multiply_by_quantized_multiplier(5, {1 << 30, 31}));
+    CHECK(q::multiply_by_quantized_multiplier(-5, {1 << 30, 200}) ==
+          q::multiply_by_quantized_multiplier(-5, {1 << 30, 31}));
+    CHECK(q::multiply_by_quantized_multiplier(5, {1 << 30, -200}) == 0);
+  }
+  SUBCASE("int4_weights, in the GEMM and in dequantize") {
+    std::vector<float> wf(4 * 64);
+    for (auto& v : wf) v = static_cast<float>(static_cast<int>(rng() % 200) - 100) / 50.0f;
+    const auto i40 = q::quantize_int4(wf, 4, 64, {.group_size = 32, .symmetric = false});
+    std::vector<float> x(2 * 64, 0.25f);
+    auto w = i40;
+    const auto run = [&] { q::gemm_weight_only(x, 2, w, out); };
+    w.group_size = 0;  // was a SIGFPE in k % g
+    CHECK_INVALID(run(), "frugal::quant::gemm_weight_only: weights.group_size must be > 0");
+    CHECK_INVALID(q::dequantize(w), "frugal::quant::dequantize: weights.group_size must be > 0");
+    w.group_size = 48;
+    CHECK_INVALID(run(), "weights.cols (64) must be even and a multiple of weights.group_size (48)");
+    w = i40;
+    w.packed.clear();
+    CHECK_INVALID(run(), "weights.packed has 0 bytes, not N * K / 2 = 128");
+    CHECK_INVALID(q::dequantize(w), "weights.packed has 0 bytes");
+    w = i40;
+    w.scales.pop_back();
+    CHECK_INVALID(q::dequantize(w), "weights.scales has 7 entries, not N * K / group_size = 8");
+    w = i40;
+    w.zero_points.clear();
+    CHECK_INVALID(run(), "weights.zero_points has 0 entries, not 8 (one per group)");
+    w = i40;
+    w.symmetric = true;  // symmetric keeps no zero points
+    CHECK_INVALID(q::dequantize(w), "weights.zero_points has 8 entries, not 0 (symmetric)");
+    w = i40;
+    w.group_size = 16;  // consistent, but the kernels need a multiple of 32
+    w.scales.resize(16);
+    w.zero_points.resize(16);
+    CHECK_INVALID(run(), "weights.group_size must be a multiple of 32");
+    CHECK_NOTHROW(q::dequantize(w));
+  }
+  SUBCASE("quantized_tensor and its scheme in dequantize") {
+    std::vector<float> x(4 * 8, 1.0f);
+    const auto t0 = q::quantize(x, 4, 8, q::scheme{});
+    auto t = t0;
+    t.scheme.granularity = static_cast<q::granularity>(7);
+    CHECK_INVALID(q::dequantize(t), "frugal::quant::dequantize: scheme.granularity 7");
+    t = t0;
+    t.scheme.granularity = q::granularity::per_group;  // group_size 0: no division by it
+    CHECK_INVALID(q::dequantize(t), "scheme.group_size must be > 0");
+    t = t0;
+    t.scheme.rounding = static_cast<q::rounding_mode>(5);
+    CHECK_INVALID(q::quantize(x, 4, 8, t.scheme), "scheme.rounding 5 is not a rounding_mode");
+    t = t0;
+    t.scales[0] = 0.0f;
+    CHECK_INVALID(q::dequantize(t), "params.scales[0]");
+  }
+  SUBCASE("valid structs still give the exact result on every path") {
+    const auto want = naive_acc(a0, w0);
+    for (auto p :
+         {q::simd_path::portable, q::simd_path::avx2, q::simd_path::avx_vnni, q::simd_path::avx512_vnni})
+      if (q::is_supported(p)) {
+        std::vector<std::int32_t> got(8);
+        q::gemm_w8a8_s32(a0, w0, got, p);
+        CHECK(got == want);
+      }
+    CHECK_NOTHROW(q::gemm_w8a8(a0, w0, o8, {.output_scale = 0.05f}));
+    CHECK_NOTHROW(q::gemm_weight_only(xf, 2, w0, out));
+  }
+}
