@@ -431,3 +431,80 @@ TEST_CASE("quant gemm: hostile argument structs fail with an error naming the fu
     CHECK_NOTHROW(q::gemm_weight_only(xf, 2, w0, out));
   }
 }
+
+// Issue 19, class 1: a size product that wraps (2^32 * 2^32 is 0 in 64 bits) let an empty buffer pass
+// a size check for a huge shape; every product at a public boundary is checked.
+TEST_CASE("quant: size products that overflow size_t are rejected before any allocation or access") {
+  constexpr std::size_t big = std::size_t{1} << 32, huge = std::size_t{1} << 33;
+  std::mt19937 rng(91);
+  SUBCASE("int4 packing") {
+    // unpack_int4: rows * ceil(cols / 2) = 2^33 * 2^31 wraps to 0, so an empty span matched.
+    CHECK_INVALID(q::unpack_int4({}, huge, big), "frugal::quant::unpack_int4: rows * ceil(cols / 2) = ");
+    CHECK_INVALID(q::unpack_int4({}, huge, big), "overflows size_t");
+    CHECK_INVALID(q::pack_int4({}, big, big),
+                  "frugal::quant::pack_int4: rows * cols = 4294967296 * 4294967296");
+    CHECK_INVALID(q::unpack_int4({}, 1, std::numeric_limits<std::size_t>::max()),
+                  "not rows * ceil(cols / 2)");
+    q::int4_weights w;
+    w.rows = huge;
+    w.cols = big;
+    w.group_size = 32;
+    CHECK_INVALID(q::dequantize(w), "weights.rows * weights.cols / 2");
+  }
+  SUBCASE("weights, activations and outputs") {
+    CHECK_INVALID(q::make_quantized_weights({}, big, big, {}),
+                  "frugal::quant::make_quantized_weights: N * K = ");
+    q::quantized_activations a;
+    a.rows = big;
+    a.cols = big;
+    const auto w = random_weights(2, 8, rng);
+    std::vector<float> out;
+    CHECK_INVALID(q::gemm_w8a8(a, w, out), "activations.rows * activations.cols = ");
+    a = random_activations(2, 8, rng, false);
+    q::quantized_weights wb;
+    wb.rows = huge;
+    wb.cols = big;
+    CHECK_INVALID(q::gemm_w8a8(a, wb, out), "weights.rows * weights.cols = ");
+    CHECK_INVALID(q::gemm_weight_only(std::vector<float>(16), 2, wb, out), "weights.rows * weights.cols = ");
+    q::row_matrix om;
+    CHECK_INVALID(q::gemm_w8a8(a, wb, om), "weights.rows * weights.cols");  // before the resize
+    // M * K for the weight-only GEMM: x of 0 elements for M = 2^61, K = 8.
+    CHECK_INVALID(q::gemm_weight_only({}, std::size_t{1} << 61, w, out),
+                  "frugal::quant::gemm_weight_only: M * K = ");
+    CHECK_INVALID(q::quantize_rows({}, big, big), "frugal::quant::quantize_rows: rows * cols = ");
+    q::quantized_tensor t;
+    t.rows = huge;
+    t.cols = big;
+    CHECK_INVALID(q::dequantize(t), "frugal::quant::dequantize: rows * cols = ");  // before the allocation
+  }
+  SUBCASE("K beyond max_gemm_k: 128 * col_sums would overflow int32") {
+    const std::size_t k = q::detail::max_gemm_k + 4;
+    std::vector<std::int8_t> d(2 * k, -128);  // |col_sum| = 128 K: 128 * that is 2^31 + 2^16, past int32
+    const auto w = q::make_quantized_weights(d, 2, k, std::vector<float>{1.0f, 1.0f});
+    CHECK(w.col_sums.empty());
+    CHECK(w.packed.empty());
+    CHECK(w.packed_corr.empty());
+    q::quantized_activations a;
+    a.rows = 1;
+    a.cols = k;
+    a.data.assign(k, 1);
+    a.scales = {1.0f};
+    std::vector<float> out(2);
+    CHECK_INVALID(q::gemm_w8a8(a, w, out), "K = 65540 exceeds 65536");
+    // The weights still serve the weight-only GEMM, exactly.
+    q::gemm_weight_only(std::vector<float>(k, 1.0f), 1, w, out);
+    CHECK(out[0] == -128.0f * static_cast<float>(k));
+    CHECK(out[1] == out[0]);
+    // At max_gemm_k itself the correction fits, and the int8 GEMM is exact.
+    const std::size_t km = q::detail::max_gemm_k;
+    const auto wm =
+        q::make_quantized_weights(std::vector<std::int8_t>(km, -128), 1, km, std::vector<float>{1.0f});
+    REQUIRE(wm.packed_corr.size() == 16);
+    CHECK(wm.packed_corr[0] == 128 * wm.col_sums[0]);
+    a.cols = km;
+    a.data.assign(km, -128);
+    std::vector<std::int32_t> acc(1);
+    q::gemm_w8a8_s32(a, wm, acc);
+    CHECK(acc[0] == 128 * 128 * static_cast<std::int32_t>(km));
+  }
+}
