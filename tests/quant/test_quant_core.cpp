@@ -775,6 +775,10 @@ TEST_CASE("quant: NaN and Inf in calibration and scale computation have defined,
     CHECK_INVALID(q::smoothing_factors(std::vector<float>{nan, 1.0f}, w), "act_absmax[0]");
     CHECK_INVALID(q::smoothing_factors(std::vector<float>{1.0f, 1.0f}, w, nan), "alpha");
     w << 1.0f, 4.0f, 2.0f, 1.0f;
+    CHECK_INVALID(q::smooth_weights(w, std::vector<float>{1.0f, 0.0f}),
+                  "frugal::quant::smooth_weights: s[1] = 0");
+    CHECK_INVALID(q::smooth_activations(w, std::vector<float>{nan, 1.0f}),
+                  "frugal::quant::smooth_activations: s[0]");
     const auto s = q::smoothing_factors(std::vector<float>{4.0f, 16.0f}, w);
     CHECK(s[0] == doctest::Approx(std::sqrt(4.0f / 2.0f)));
     CHECK(s[1] == doctest::Approx(std::sqrt(16.0f / 4.0f)));

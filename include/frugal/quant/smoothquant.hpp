@@ -49,19 +49,28 @@ inline std::vector<float> smoothing_factors(std::span<const float> act_absmax,
   return s;
 }
 
-/// @brief W[:, j] *= s_j in place (W is N x K).
+namespace detail {
+inline void check_factors(std::span<const float> s, Eigen::Index k, const char* who) {
+  if (s.size() != static_cast<std::size_t>(k))
+    throw std::invalid_argument(std::string(who) + ": s has " + std::to_string(s.size()) +
+                                " entries, not K = " + std::to_string(k));
+  for (std::size_t j = 0; j < s.size(); ++j)
+    if (!(s[j] > 0.0f) || !std::isfinite(s[j]))
+      throw std::invalid_argument(std::string(who) + ": s[" + std::to_string(j) +
+                                  "] = " + std::to_string(s[j]) + " must be finite and > 0");
+}
+}  // namespace detail
+
+/// @brief W[:, j] *= s_j in place (W is N x K). Every s_j must be finite and > 0.
 inline void smooth_weights(Eigen::Ref<row_matrix> w, std::span<const float> s) {
-  if (s.size() != static_cast<std::size_t>(w.cols()))
-    throw std::invalid_argument("frugal::quant::smooth_weights: s has " + std::to_string(s.size()) +
-                                " entries, not K = " + std::to_string(w.cols()));
+  detail::check_factors(s, w.cols(), "frugal::quant::smooth_weights");
   for (Eigen::Index j = 0; j < w.cols(); ++j) w.col(j) *= s[static_cast<std::size_t>(j)];
 }
 
-/// @brief X[:, j] /= s_j in place (X is M x K): with smooth_weights, X W^T is unchanged.
+/// @brief X[:, j] /= s_j in place (X is M x K): with smooth_weights, X W^T is unchanged. Every s_j must
+/// be finite and > 0 (a zero divided by it).
 inline void smooth_activations(Eigen::Ref<row_matrix> x, std::span<const float> s) {
-  if (s.size() != static_cast<std::size_t>(x.cols()))
-    throw std::invalid_argument("frugal::quant::smooth_activations: s has " + std::to_string(s.size()) +
-                                " entries, not K = " + std::to_string(x.cols()));
+  detail::check_factors(s, x.cols(), "frugal::quant::smooth_activations");
   for (Eigen::Index j = 0; j < x.cols(); ++j) x.col(j) /= s[static_cast<std::size_t>(j)];
 }
 
