@@ -47,7 +47,10 @@ struct quantize_rows_options {
 
 /// @brief Weights B (N x K int8 row-major: each output channel's K weights contiguous) with one
 /// symmetric fp32 scale per output channel, their int32 column sums sum_k B[n][k], and a CPU-only
-/// re-packed copy for the SIMD kernels (see detail/gemm_int8.hpp).
+/// re-packed copy for the SIMD kernels (see detail/gemm_int8.hpp). Every GEMM checks the fields it
+/// reads against rows and cols first (std::invalid_argument naming the field); col_sums, packed and
+/// packed_corr are needed by the int8 GEMM only, and make_quantized_weights leaves them empty for
+/// K > max_gemm_k.
 struct quantized_weights {
   std::size_t rows = 0;  ///< N, output channels
   std::size_t cols = 0;  ///< K, the reduction
