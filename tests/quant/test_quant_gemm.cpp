@@ -476,6 +476,18 @@ TEST_CASE("quant: size products that overflow size_t are rejected before any all
     t.rows = huge;
     t.cols = big;
     CHECK_INVALID(q::dequantize(t), "frugal::quant::dequantize: rows * cols = ");  // before the allocation
+    // 0 x 2^63 passes every size check, but not the cast to Eigen::Index.
+    t.rows = 0;
+    t.cols = std::size_t{1} << 63;
+    t.data.clear();
+    t.scales = {1.0f};
+    t.zero_points = {0};
+    CHECK_INVALID(q::dequantize(t), "does not fit Eigen::Index");
+    q::int4_weights w4;
+    w4.rows = 0;
+    w4.cols = std::size_t{1} << 63;
+    w4.group_size = 32;
+    CHECK_INVALID(q::dequantize(w4), "does not fit Eigen::Index");
   }
   SUBCASE("K beyond max_gemm_k: 128 * col_sums would overflow int32") {
     const std::size_t k = q::detail::max_gemm_k + 4;

@@ -207,6 +207,7 @@ inline int4_weights quantize_int4(const Eigen::Ref<const row_matrix>& w, const i
 /// (std::invalid_argument naming it): a group_size of 0 used to divide by zero.
 inline row_matrix dequantize(const int4_weights& w) {
   detail::validate(w, "frugal::quant::dequantize");
+  detail::check_index_shape(w.rows, w.cols, "frugal::quant::dequantize");
   row_matrix out(static_cast<Eigen::Index>(w.rows), static_cast<Eigen::Index>(w.cols));
   for (std::size_t n = 0; n < w.rows; ++n)
     for (std::size_t k = 0; k < w.cols; ++k)

@@ -1004,6 +1004,7 @@ inline void dequantize(const quantized_tensor& q, std::span<float> out,
 /// @brief Dequantizes into a new rows x cols matrix.
 inline row_matrix dequantize(const quantized_tensor& q) {
   detail::validate(q, "frugal::quant::dequantize");  // before the shape sizes an allocation
+  detail::check_index_shape(q.rows, q.cols, "frugal::quant::dequantize");
   row_matrix out(static_cast<Eigen::Index>(q.rows), static_cast<Eigen::Index>(q.cols));
   dequantize(q, std::span<float>(out.data(), q.rows * q.cols));
   return out;
