@@ -370,24 +370,26 @@ inline void check_activation(activation_kind a, bool allow_gelu, const char* who
 /// finite scale > 0 per row, and no or one zero point in [-128, 127] per row. std::invalid_argument
 /// "who: activations.<field> ...".
 inline void validate(const quantized_activations& a, const char* who) {
-  const std::string s = std::string(who) + ": activations.";
+  // The message is built only on error: these checks run on every GEMM call.
+  const auto s = [who] { return std::string(who) + ": activations."; };
   const std::size_t need = checked_mul(a.rows, a.cols, who, "activations.rows * activations.cols");
   if (a.data.size() != need)
-    throw std::invalid_argument(s + "data has " + std::to_string(a.data.size()) + " elements, not M * K = " +
-                                std::to_string(a.rows) + " * " + std::to_string(a.cols));
+    throw std::invalid_argument(s() + "data has " + std::to_string(a.data.size()) +
+                                " elements, not M * K = " + std::to_string(a.rows) + " * " +
+                                std::to_string(a.cols));
   if (a.scales.size() != a.rows)
-    throw std::invalid_argument(s + "scales has " + std::to_string(a.scales.size()) +
+    throw std::invalid_argument(s() + "scales has " + std::to_string(a.scales.size()) +
                                 " entries, not M = " + std::to_string(a.rows));
   for (std::size_t i = 0; i < a.rows; ++i)
     if (!(a.scales[i] > 0.0f) || !std::isfinite(a.scales[i]))
-      throw std::invalid_argument(s + "scales[" + std::to_string(i) + "] = " + std::to_string(a.scales[i]) +
+      throw std::invalid_argument(s() + "scales[" + std::to_string(i) + "] = " + std::to_string(a.scales[i]) +
                                   " must be finite and > 0");
   if (!a.zero_points.empty() && a.zero_points.size() != a.rows)
-    throw std::invalid_argument(s + "zero_points has " + std::to_string(a.zero_points.size()) +
+    throw std::invalid_argument(s() + "zero_points has " + std::to_string(a.zero_points.size()) +
                                 " entries, not 0 or M = " + std::to_string(a.rows));
   for (std::size_t i = 0; i < a.zero_points.size(); ++i)
     if (a.zero_points[i] < -128 || a.zero_points[i] > 127)
-      throw std::invalid_argument(s + "zero_points[" + std::to_string(i) +
+      throw std::invalid_argument(s() + "zero_points[" + std::to_string(i) +
                                   "] = " + std::to_string(a.zero_points[i]) + " is outside [-128, 127]");
 }
 
@@ -396,17 +398,19 @@ inline void validate(const quantized_activations& a, const char* who) {
 /// (|col_sums[n]| <= 128 K), the packed panels and packed_corr = 128 * col_sums. std::invalid_argument
 /// "who: weights.<field> ...". The values of data, packed and col_sums are not compared (O(N K)).
 inline void validate(const quantized_weights& w, const char* who, bool int8_gemm) {
-  const std::string s = std::string(who) + ": weights.";
+  // The message is built only on error: these checks run on every GEMM call.
+  const auto s = [who] { return std::string(who) + ": weights."; };
   const std::size_t need = checked_mul(w.rows, w.cols, who, "weights.rows * weights.cols");
   if (w.data.size() != need)
-    throw std::invalid_argument(s + "data has " + std::to_string(w.data.size()) + " elements, not N * K = " +
-                                std::to_string(w.rows) + " * " + std::to_string(w.cols));
+    throw std::invalid_argument(s() + "data has " + std::to_string(w.data.size()) +
+                                " elements, not N * K = " + std::to_string(w.rows) + " * " +
+                                std::to_string(w.cols));
   if (w.scales.size() != w.rows)
-    throw std::invalid_argument(s + "scales has " + std::to_string(w.scales.size()) +
+    throw std::invalid_argument(s() + "scales has " + std::to_string(w.scales.size()) +
                                 " entries, not N = " + std::to_string(w.rows));
   for (std::size_t i = 0; i < w.rows; ++i)
     if (!(w.scales[i] > 0.0f) || !std::isfinite(w.scales[i]))
-      throw std::invalid_argument(s + "scales[" + std::to_string(i) + "] = " + std::to_string(w.scales[i]) +
+      throw std::invalid_argument(s() + "scales[" + std::to_string(i) + "] = " + std::to_string(w.scales[i]) +
                                   " must be finite and > 0");
   if (!int8_gemm) return;
   if (w.cols > max_gemm_k)
@@ -414,25 +418,25 @@ inline void validate(const quantized_weights& w, const char* who, bool int8_gemm
                                 std::to_string(max_gemm_k) +
                                 ", beyond which int32 accumulation could overflow");
   if (w.col_sums.size() != w.rows)
-    throw std::invalid_argument(s + "col_sums has " + std::to_string(w.col_sums.size()) +
+    throw std::invalid_argument(s() + "col_sums has " + std::to_string(w.col_sums.size()) +
                                 " entries, not N = " + std::to_string(w.rows));
   // rows <= data.size() and cols <= max_gemm_k: none of these products can wrap.
   const std::size_t panels = round_up(w.rows, panel_width) / panel_width, k4 = round_up(w.cols, 4) / 4;
   if (w.packed.size() != panels * k4 * 64)
-    throw std::invalid_argument(s + "packed has " + std::to_string(w.packed.size()) + " bytes, not the " +
+    throw std::invalid_argument(s() + "packed has " + std::to_string(w.packed.size()) + " bytes, not the " +
                                 std::to_string(panels * k4 * 64) +
                                 " of the CPU panels (build the weights with make_quantized_weights)");
   if (w.packed_corr.size() != panels * panel_width)
-    throw std::invalid_argument(s + "packed_corr has " + std::to_string(w.packed_corr.size()) +
+    throw std::invalid_argument(s() + "packed_corr has " + std::to_string(w.packed_corr.size()) +
                                 " entries, not N rounded up to 16 = " + std::to_string(panels * panel_width));
   const auto bound = static_cast<std::int64_t>(128 * w.cols);
   for (std::size_t n = 0; n < w.rows; ++n) {
     const std::int64_t cs = w.col_sums[n];
     if (cs < -bound || cs > bound)
-      throw std::invalid_argument(s + "col_sums[" + std::to_string(n) + "] = " + std::to_string(cs) +
+      throw std::invalid_argument(s() + "col_sums[" + std::to_string(n) + "] = " + std::to_string(cs) +
                                   " is beyond 128 * K = " + std::to_string(bound));
     if (w.packed_corr[n] != 128 * cs)
-      throw std::invalid_argument(s + "packed_corr[" + std::to_string(n) +
+      throw std::invalid_argument(s() + "packed_corr[" + std::to_string(n) +
                                   "] = " + std::to_string(w.packed_corr[n]) + ", not 128 * col_sums[" +
                                   std::to_string(n) + "] = " + std::to_string(128 * cs));
   }

@@ -108,24 +108,25 @@ namespace detail {
 /// Checks every field of an int4_weights against its shape (O(1): sizes only, not the values of the
 /// scales or zero points): std::invalid_argument "who: weights.<field> ...".
 inline void validate(const int4_weights& w, const char* who) {
-  const std::string s = std::string(who) + ": weights.";
+  // The message is built only on error: these checks run on every GEMM call.
+  const auto s = [who] { return std::string(who) + ": weights."; };
   if (w.group_size <= 0)
-    throw std::invalid_argument(s + "group_size must be > 0, not " + std::to_string(w.group_size));
+    throw std::invalid_argument(s() + "group_size must be > 0, not " + std::to_string(w.group_size));
   const auto g = static_cast<std::size_t>(w.group_size);
   if (w.cols % g != 0 || w.cols % 2 != 0)
-    throw std::invalid_argument(s + "cols (" + std::to_string(w.cols) +
+    throw std::invalid_argument(s() + "cols (" + std::to_string(w.cols) +
                                 ") must be even and a multiple of weights.group_size (" + std::to_string(g) +
                                 ")");
   const std::size_t packed = checked_mul(w.rows, w.cols / 2, who, "weights.rows * weights.cols / 2");
   if (w.packed.size() != packed)
-    throw std::invalid_argument(s + "packed has " + std::to_string(w.packed.size()) +
+    throw std::invalid_argument(s() + "packed has " + std::to_string(w.packed.size()) +
                                 " bytes, not N * K / 2 = " + std::to_string(packed));
   const std::size_t groups = w.rows * (w.cols / g);  // <= the product above
   if (w.scales.size() != groups)
-    throw std::invalid_argument(s + "scales has " + std::to_string(w.scales.size()) +
+    throw std::invalid_argument(s() + "scales has " + std::to_string(w.scales.size()) +
                                 " entries, not N * K / group_size = " + std::to_string(groups));
   if (w.symmetric ? !w.zero_points.empty() : w.zero_points.size() != groups)
-    throw std::invalid_argument(s + "zero_points has " + std::to_string(w.zero_points.size()) +
+    throw std::invalid_argument(s() + "zero_points has " + std::to_string(w.zero_points.size()) +
                                 " entries, not " + std::to_string(w.symmetric ? 0 : groups) +
                                 (w.symmetric ? " (symmetric)" : " (one per group)"));
   checked_mul(w.rows, w.cols, who, "weights.rows * weights.cols");
