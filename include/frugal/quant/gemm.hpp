@@ -563,17 +563,19 @@ inline void gemm_w8a8(const quantized_activations& a, const quantized_weights& w
     if (!std::isfinite(opt.bias[n]))
       throw std::invalid_argument(std::string(who) + ": options.bias[" + std::to_string(n) +
                                   "] = " + std::to_string(opt.bias[n]) + " must be finite");
-  // Every multiplier sa[m] * sb[n] / output_scale is at most this one: if its shift fits, all do.
+  // Every multiplier sa[m] * sb[n] / output_scale is at most this one, and quantize_multiplier's shift
+  // grows with its argument: if this one's fits, all do.
   if (a.rows > 0 && w.rows > 0) {
     const double biggest = static_cast<double>(*std::max_element(a.scales.begin(), a.scales.end())) *
                            *std::max_element(w.scales.begin(), w.scales.end()) / opt.output_scale;
-    int shift = 0;
-    (void)std::frexp(biggest, &shift);
-    if (shift >= max_multiplier_shift)
+    try {
+      (void)quantize_multiplier(biggest);
+    } catch (const std::invalid_argument&) {
       throw std::invalid_argument(
           std::string(who) + ": options.output_scale = " + std::to_string(opt.output_scale) +
           " makes the multiplier sa * sb / output_scale = " + std::to_string(biggest) +
           ", whose shift exceeds " + std::to_string(max_multiplier_shift));
+    }
   }
   std::vector<std::int32_t> acc(a.rows * w.rows);
   gemm_w8a8_s32(a, w, acc, opt.path);
