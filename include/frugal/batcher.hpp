@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <exception>
 #include <future>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -48,6 +49,13 @@ inline void lock_briefly_spinning(std::unique_lock<std::mutex>& lk) {
     cpu_relax();
   }
   lk.lock();
+}
+
+// a + b for a run-time sum: saturates at the maximum (a signed overflow is UB, and a wrapped sum made
+// every later mean wrong); a negative duration counts as 0.
+inline std::int64_t saturating_add_ns(std::int64_t a, std::int64_t b) noexcept {
+  if (b <= 0) return a;
+  return a > std::numeric_limits<std::int64_t>::max() - b ? std::numeric_limits<std::int64_t>::max() : a + b;
 }
 }  // namespace detail
 
@@ -359,7 +367,7 @@ class batcher {
         c.f_abandoned += counts_.abandoned;
         c.f_mismatch += counts_.mismatch;
         ++c.finished_batches;
-        c.run_time_sum += run_time.count();
+        c.run_time_sum = detail::saturating_add_ns(c.run_time_sum, run_time.count());
         for (std::size_t i = 0; i < b.arrival.size(); ++i) {
           c.queue_wait.record(
               std::chrono::duration_cast<std::chrono::nanoseconds>(handed_out_ - b.arrival[i]).count());
@@ -799,7 +807,10 @@ class batcher {
     };
   }
 
+  // The queued cost must fit std::uint64_t even without max_queued_cost: a request whose weight would
+  // wrap it has no room (queue_full, or a wait). Every batch's cost, a sum of queued weights, fits too.
   static bool has_room(const core& c, std::uint64_t weight) {
+    if (weight > std::numeric_limits<std::uint64_t>::max() - c.live_cost) return false;
     return (c.opt.max_queued == 0 || c.live < c.opt.max_queued) &&
            (c.opt.max_queued_cost == 0 || c.live_cost + weight <= c.opt.max_queued_cost);
   }

@@ -2,7 +2,9 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <future>
+#include <limits>
 #include <optional>
 #include <set>
 #include <stdexcept>
@@ -801,4 +803,64 @@ TEST_CASE("batcher: cancel by id finds a request at any priority level") {
   auto batch = b.try_next_batch();
   REQUIRE(batch);
   CHECK(requests_of(*batch) == std::vector{2, 5, 1, 7, 3, 6});
+}
+
+// Issue 19, class 1: the queued-cost and run-time sums neither wrap nor overflow a signed type.
+TEST_CASE("batcher: the queued-cost and run-time sums never wrap, and learned times saturate") {
+  constexpr std::uint64_t umax = std::numeric_limits<std::uint64_t>::max();
+  frugal::manual_clock clk;
+  SUBCASE("a weight that would wrap the queued cost has no room, even without max_queued_cost") {
+    manual_batcher b{{.window = 0ms, .max_batch = 8}, clk};
+    auto big = b.submit(1, {.weight = umax - 5});
+    auto fits = b.submit(2, {.weight = 5});
+    auto wraps = b.submit(3, {.weight = 1});  // umax + 1 would be 0: queued_cost went down
+    CHECK(ready(wraps));
+    CHECK(error_of(wraps) == batch_errc::queue_full);
+    CHECK(b.stats().queued_cost == umax);
+    auto batch = b.try_next_batch();
+    REQUIRE(batch);
+    CHECK(requests_of(*batch) == std::vector{1, 2});
+    CHECK(batch->cost() == umax);
+    fulfill_doubled(*batch);
+    CHECK(big.get() == 2);
+    CHECK(fits.get() == 4);
+    CHECK(b.stats().queued_cost == 0);
+    auto later = b.submit(4, {.weight = umax});  // room again once the queue is empty
+    CHECK_FALSE(ready(later));
+    CHECK(b.stats().queued_cost == umax);
+  }
+  SUBCASE("a request over max_batch_cost (options lowered) goes alone; huge weights stay exact") {
+    manual_batcher b{{.window = 0ms, .max_batch = 8}, clk};
+    auto a = b.submit(1, {.weight = umax / 2 + 1});
+    auto c = b.submit(2, {.weight = umax / 2 - 1});
+    auto o = b.options();
+    o.max_batch_cost = 10;  // the first now exceeds it: it goes alone
+    b.set_options(o);
+    auto first = b.try_next_batch();
+    REQUIRE(first);
+    CHECK(requests_of(*first) == std::vector{1});
+    fulfill_doubled(*first);
+    auto second = b.try_next_batch();
+    REQUIRE(second);
+    CHECK(requests_of(*second) == std::vector{2});
+    fulfill_doubled(*second);
+  }
+  SUBCASE("run-time sums saturate instead of overflowing int64 (UB), and stay positive") {
+    manual_batcher b{{.window = 0ms, .max_batch = 1}, clk};
+    for (auto d : {std::chrono::nanoseconds::max(), std::chrono::nanoseconds(1'000'000)}) {
+      auto f = b.submit(1);
+      auto batch = b.try_next_batch();
+      REQUIRE(batch);
+      batch->report_duration(d);
+      fulfill_doubled(*batch);
+    }
+    CHECK(b.stats().mean_batch_run_time == std::chrono::nanoseconds::max() / 2);
+  }
+  SUBCASE("adaptive: a learned a*n + b beyond int64 saturates rather than casting out of range (UB)") {
+    frugal::adaptive p{{.latency_target = 100ms}};
+    p.on_batch_done({1, 0, std::chrono::nanoseconds::max()});
+    p.on_batch_done({2, 0, std::chrono::nanoseconds::max()});
+    CHECK(p.expected_run_time(std::size_t{1} << 40) == std::chrono::nanoseconds::max());
+    CHECK(p.expected_run_time(1) > std::chrono::nanoseconds::zero());
+  }
 }

@@ -648,3 +648,139 @@ TEST_CASE("quant: metrics give the textbook values") {
   CHECK(error_of([&] { q::relative_error(ref, std::vector<float>(3)); }).find("approximation has 3") !=
         std::string::npos);
 }
+
+// Issue 19, class 3: NaN and Inf through calibration and scale computation. Observers skip them and
+// count them; a channel with nothing finite, and a NaN or infinite range, is an error instead of a
+// silent scale of 1; values near FLT_MAX keep every range, scale and cast finite.
+#define CHECK_INVALID(expr, text) CHECK_THROWS_WITH_AS(expr, doctest::Contains(text), std::invalid_argument)
+
+TEST_CASE("quant: NaN and Inf in calibration and scale computation have defined, tested behaviour") {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::nanf(""),
+              fmax = std::numeric_limits<float>::max();
+  const q::scheme sym{}, asym{.symmetric = false};
+  SUBCASE("params_from_range") {
+    for (const q::scheme& s : {sym, asym}) {
+      CHECK_INVALID(q::params_from_range(-inf, inf, s),
+                    "frugal::quant::params_from_range: the range [-inf, inf]");
+      CHECK_INVALID(q::params_from_range(nan, 1.0f, s), "is NaN or infinite");
+      CHECK_INVALID(q::params_from_range(0.0f, nan, s), "is NaN or infinite");
+      CHECK_INVALID(q::params_from_range(-inf, 1.0f, s), "is NaN or infinite");
+      // The empty range (a min-max over nothing finite) widens to [0, 0]: scale 1, zero exact.
+      const auto [scale, zp] = q::params_from_range(inf, -inf, s);
+      CHECK(scale == 1.0f);
+      CHECK(zp == (s.symmetric ? q::symmetric_zero_point(s) : q::qmin(s)));  // real 0 exactly
+      // The widest finite range gives a finite scale and an in-range zero point.
+      const auto [s2, z2] = q::params_from_range(-fmax, fmax, s);
+      CHECK(std::isfinite(s2));
+      CHECK(s2 > 1e35f);
+      CHECK(z2 >= q::qmin(s));
+      CHECK(z2 <= q::qmax(s));
+    }
+  }
+  SUBCASE("min-max observer: skips and counts NaN and Inf; a channel with nothing finite is an error") {
+    q::minmax_observer obs;
+    obs.observe(std::vector<float>{nan, inf, 1.0f, -2.0f, -inf, 0.5f}, 2, 3);
+    CHECK(obs.stats().values == 3);
+    CHECK(obs.stats().nonfinite == 3);
+    CHECK(obs.min_values()[0] == -2.0f);
+    CHECK(obs.max_values()[0] == 1.0f);
+    CHECK(obs.compute_params(asym).scales ==
+          q::choose_params(std::vector<float>{1.0f, -2.0f}, 1, 2, asym).scales);
+    q::minmax_observer per_col({.granularity = q::granularity::per_channel, .axis = 1});
+    per_col.observe(std::vector<float>{1.0f, nan, -1.0f, inf}, 2, 2);  // column 1: NaN and Inf only
+    CHECK_INVALID(
+        per_col.compute_params({.granularity = q::granularity::per_channel, .axis = 1}),
+        "frugal::quant::minmax_observer: channel 1 has seen no finite value (2 NaN or Inf skipped)");
+    per_col.observe(std::vector<float>{0.0f, 3.0f}, 1, 2);
+    CHECK(per_col.compute_params({.granularity = q::granularity::per_channel, .axis = 1}).scales[1] ==
+          doctest::Approx(3.0f / 127.0f));
+  }
+  SUBCASE("moving average: a channel's first finite batch sets it, and steps near FLT_MAX stay finite") {
+    q::moving_average_minmax_observer obs(
+        {.observer = {.granularity = q::granularity::per_channel, .axis = 1}, .averaging_constant = 0.5f});
+    obs.observe(std::vector<float>{nan, 1.0f}, 1, 2);  // channel 0 sees nothing finite yet
+    CHECK_INVALID(obs.compute_params({.granularity = q::granularity::per_channel, .axis = 1}),
+                  "frugal::quant::moving_average_minmax_observer: channel 0 has seen no finite value");
+    obs.observe(std::vector<float>{-4.0f, 3.0f}, 1, 2);
+    CHECK(obs.min_values()[0] == -4.0f);  // was Inf + c * (x - Inf) = NaN
+    CHECK(obs.max_values()[0] == -4.0f);
+    CHECK(obs.max_values()[1] == 2.0f);
+    q::moving_average_minmax_observer big({.averaging_constant = 0.5f});
+    big.observe(std::vector<float>{fmax}, 1, 1);
+    big.observe(std::vector<float>{-fmax}, 1, 1);  // x - range = -2 FLT_MAX overflows float
+    CHECK(big.min_values()[0] == 0.0f);
+    CHECK(std::isfinite(big.compute_params(asym).scales[0]));
+  }
+  SUBCASE("histogram observers: ranges near FLT_MAX stay finite, and nothing finite is an error") {
+    q::percentile_observer pct({.percentile = 100.0});
+    q::mse_observer mse({.candidates = 4});
+    q::entropy_observer ent;
+    const std::vector<float> first = {1.0f, -0.5f, 0.25f, 3e38f}, second = {-fmax, nan, inf, 2.0f};
+    const auto feed = [&](auto& obs) {
+      obs.observe(first, 1, 4);
+      obs.observe(second, 1, 4);  // the range doubles from 3e38 past FLT_MAX: it was +Inf in float
+      CHECK(obs.stats().nonfinite == 2);
+      CHECK(obs.stats().values == 6);
+      CHECK(obs.range(0) == fmax);
+      for (const q::scheme& s : {sym, asym}) {
+        const auto p = obs.compute_params(s);
+        CHECK(std::isfinite(p.scales[0]));
+        CHECK(p.scales[0] > 0.0f);
+      }
+    };
+    feed(pct);
+    feed(mse);
+    feed(ent);
+    CHECK(std::isfinite(ent.threshold(0)));
+    CHECK(pct.compute_params(sym).scales[0] == doctest::Approx(fmax / 127.0f));
+    q::percentile_observer nothing;
+    nothing.observe(std::vector<float>{nan, -inf}, 1, 2);
+    CHECK(nothing.stats().nonfinite == 2);
+    CHECK_INVALID(nothing.compute_params(sym),
+                  "frugal::quant::percentile_observer: channel 0 has seen no finite value");
+    q::entropy_observer nothing_e;
+    nothing_e.observe(std::vector<float>{nan}, 1, 1);
+    CHECK_INVALID(nothing_e.compute_params(sym), "channel 0 has seen no finite value");
+    CHECK_INVALID(q::percentile_observer({.histogram = {.bins = std::size_t{1} << 62}}), "options.bins");
+  }
+  SUBCASE("schemes: saturate maps Inf to the ends and NaN to the zero point; error names the index") {
+    const std::vector<float> x = {inf, -inf, nan, 0.5f, -1.0f, 2.0f};
+    for (const q::granularity g :
+         {q::granularity::per_tensor, q::granularity::per_channel, q::granularity::per_group}) {
+      q::scheme s{.granularity = g, .group_size = g == q::granularity::per_group ? 3 : 0};
+      CHECK_INVALID(q::quantize(x, 2, 3, s), "data[0] is +Inf");
+      s.nonfinite = q::nonfinite_policy::saturate;
+      const auto t = q::quantize(x, 2, 3, s);
+      CHECK(t.value(0, 0) == q::qmax(s));
+      CHECK(t.value(0, 1) == q::qmin(s));
+      CHECK(t.value(0, 2) == t.zero_points[q::param_index(s, 3, 0, 2)]);
+      for (float sc : t.scales) CHECK((std::isfinite(sc) && sc > 0.0f));
+    }
+    // A row of nothing but NaN and Inf under saturate: its finite range is empty, so scale 1.
+    const q::scheme row{.granularity = q::granularity::per_channel,
+                        .nonfinite = q::nonfinite_policy::saturate};
+    const auto t = q::quantize(std::vector<float>{nan, inf, 1.0f, 1.0f}, 2, 2, row);
+    CHECK(t.scales[0] == 1.0f);
+    CHECK(t.value(0, 1) == 127);
+    CHECK_INVALID(q::quantize_rows(std::vector<float>{1.0f, inf}, 1, 2), "data[1] is +Inf");
+    CHECK_INVALID(q::quantize_int4(std::vector<float>(32, nan), 1, 32, {.group_size = 32}), "data[0] is NaN");
+  }
+  SUBCASE("SmoothQuant factors") {
+    q::row_matrix w(2, 2);
+    w << 1.0f, inf, 2.0f, 1.0f;
+    CHECK_INVALID(q::smoothing_factors(std::vector<float>{1.0f, 1.0f}, w), "w column 1 holds NaN or Inf");
+    w << 1.0f, 1e-40f, 2.0f, 1e-40f;
+    // sqrt(3e38) / sqrt(1e-40) is 1.7e39: its cast to float was undefined.
+    CHECK_INVALID(q::smoothing_factors(std::vector<float>{1.0f, 3e38f}, w), "the factor of channel 1");
+    CHECK_INVALID(q::smoothing_factors(std::vector<float>{nan, 1.0f}, w), "act_absmax[0]");
+    CHECK_INVALID(q::smoothing_factors(std::vector<float>{1.0f, 1.0f}, w, nan), "alpha");
+    w << 1.0f, 4.0f, 2.0f, 1.0f;
+    CHECK_INVALID(q::smooth_weights(w, std::vector<float>{1.0f, 0.0f}),
+                  "frugal::quant::smooth_weights: s[1] = 0");
+    CHECK_INVALID(q::smooth_activations(w, std::vector<float>{nan, 1.0f}),
+                  "frugal::quant::smooth_activations: s[0]");
+    const auto s = q::smoothing_factors(std::vector<float>{4.0f, 16.0f}, w);
+    CHECK(s[0] == doctest::Approx(std::sqrt(4.0f / 2.0f)));
+    CHECK(s[1] == doctest::Approx(std::sqrt(16.0f / 4.0f)));
+  }
+}

@@ -320,3 +320,236 @@ TEST_CASE(
       q::gemm_w8a8(a, w, out, q::requantize_options{.activation = q::activation_kind::gelu_erf}),
       doctest::Contains("gelu_erf"), std::invalid_argument);
 }
+
+// Issue 19, class 2: every field of every argument struct is validated before memory is touched, with
+// an error that names the function and the field.
+#define CHECK_INVALID(expr, text) CHECK_THROWS_WITH_AS(expr, doctest::Contains(text), std::invalid_argument)
+
+TEST_CASE("quant gemm: hostile argument structs fail with an error naming the function and the field") {
+  std::mt19937 rng(19);
+  const auto a0 = random_activations(2, 40, rng, true);
+  const auto w0 = random_weights(4, 40, rng);
+  std::vector<float> out(8), xf(2 * 40, 0.5f);
+  std::vector<std::int8_t> o8(8);
+  const q::simd_path path = q::simd_path::portable;  // the check must not depend on the kernel
+  SUBCASE("quantized_weights") {
+    auto w = w0;
+    const auto run = [&] { q::gemm_w8a8(a0, w, out, {.path = path}); };
+    const auto wo = [&] { q::gemm_weight_only(xf, 2, w, out); };
+    w.scales.pop_back();
+    CHECK_INVALID(run(), "frugal::quant::gemm_w8a8: weights.scales has 3 entries, not N = 4");
+    CHECK_INVALID(wo(), "frugal::quant::gemm_weight_only: weights.scales has 3 entries");
+    w = w0;
+    w.scales[1] = std::nanf("");
+    CHECK_INVALID(run(), "weights.scales[1]");
+    CHECK_INVALID(wo(), "weights.scales[1]");
+    w = w0;
+    w.data.clear();  // null data with rows * cols = 160
+    CHECK_INVALID(run(), "weights.data has 0 elements, not N * K = 4 * 40");
+    CHECK_INVALID(wo(), "weights.data has 0 elements");  // gemm_weight_only read it unchecked
+    w = w0;
+    w.packed.clear();  // the CPU copy missing: the SIMD kernels read it
+    CHECK_INVALID(run(), "weights.packed has 0 bytes");
+    CHECK_NOTHROW(wo());  // weight-only GEMM does not need it
+    w = w0;
+    w.packed_corr.resize(4);
+    CHECK_INVALID(run(), "weights.packed_corr has 4 entries");
+    w = w0;
+    w.col_sums.clear();
+    CHECK_INVALID(run(), "weights.col_sums has 0 entries, not N = 4");
+    w = w0;
+    w.col_sums[2] += 1;
+    CHECK_INVALID(run(), "weights.packed_corr[2]");
+    w = w0;
+    w.col_sums[0] = 1 << 30;  // would overflow za * colsum in the epilogue
+    w.packed_corr[0] = 0;
+    CHECK_INVALID(run(), "weights.col_sums[0]");
+  }
+  SUBCASE("quantized_activations") {
+    auto a = a0;
+    const auto run = [&] { q::gemm_w8a8(a, w0, out, {.path = path}); };
+    a.data.clear();
+    CHECK_INVALID(run(), "frugal::quant::gemm_w8a8: activations.data has 0 elements, not M * K = 2 * 40");
+    a = a0;
+    a.scales = {1.0f};
+    CHECK_INVALID(run(), "activations.scales has 1 entries, not M = 2");
+    a = a0;
+    a.scales[1] = -std::numeric_limits<float>::infinity();
+    CHECK_INVALID(run(), "activations.scales[1]");
+    a = a0;
+    a.zero_points.resize(3);
+    CHECK_INVALID(run(), "activations.zero_points has 3 entries");
+    a = a0;
+    a.zero_points[0] = 1 << 24;
+    CHECK_INVALID(run(), "activations.zero_points[0] = 16777216 is outside [-128, 127]");
+  }
+  SUBCASE("options") {
+    CHECK_INVALID(q::gemm_w8a8(a0, w0, out, {.activation = static_cast<q::activation_kind>(9)}),
+                  "options.activation 9");
+    CHECK_INVALID(q::gemm_weight_only(xf, 2, w0, out, {.activation = static_cast<q::activation_kind>(9)}),
+                  "options.activation 9");
+    CHECK_INVALID(q::gemm_w8a8(a0, w0, o8, {.activation = q::activation_kind::gelu}), "options.activation");
+    for (float bad : {0.0f, -1.0f, std::nanf(""), std::numeric_limits<float>::infinity()})
+      CHECK_INVALID(q::gemm_w8a8(a0, w0, o8, {.output_scale = bad}), "options.output_scale");
+    // Finite and > 0, but sa * sb / output_scale needs a shift beyond 31 (1 << shift was UB).
+    CHECK_INVALID(q::gemm_w8a8(a0, w0, o8, {.output_scale = 1e-30f}), "options.output_scale = ");
+    const std::vector<float> bias = {0.0f, std::nanf(""), 0.0f, 0.0f};
+    CHECK_INVALID(q::gemm_w8a8(a0, w0, o8, {.bias = bias}), "options.bias[1]");
+    CHECK_INVALID(q::quantize_multiplier(1e30), "frugal::quant::quantize_multiplier");
+    // A hand-made shift beyond 31 acts as 31 (x * 2^31 already saturates), without UB.
+    CHECK(q::multiply_by_quantized_multiplier(5, {1 << 30, 200}) ==
+          q::multiply_by_quantized_multiplier(5, {1 << 30, 31}));
+    CHECK(q::multiply_by_quantized_multiplier(-5, {1 << 30, 200}) ==
+          q::multiply_by_quantized_multiplier(-5, {1 << 30, 31}));
+    CHECK(q::multiply_by_quantized_multiplier(5, {1 << 30, -200}) == 0);
+  }
+  SUBCASE("int4_weights, in the GEMM and in dequantize") {
+    std::vector<float> wf(4 * 64);
+    for (auto& v : wf) v = static_cast<float>(static_cast<int>(rng() % 200) - 100) / 50.0f;
+    const auto i40 = q::quantize_int4(wf, 4, 64, {.group_size = 32, .symmetric = false});
+    std::vector<float> x(2 * 64, 0.25f);
+    auto w = i40;
+    const auto run = [&] { q::gemm_weight_only(x, 2, w, out); };
+    w.group_size = 0;  // was a SIGFPE in k % g
+    CHECK_INVALID(run(), "frugal::quant::gemm_weight_only: weights.group_size must be > 0");
+    CHECK_INVALID(q::dequantize(w), "frugal::quant::dequantize: weights.group_size must be > 0");
+    w.group_size = 48;
+    CHECK_INVALID(run(), "weights.cols (64) must be even and a multiple of weights.group_size (48)");
+    w = i40;
+    w.packed.clear();
+    CHECK_INVALID(run(), "weights.packed has 0 bytes, not N * K / 2 = 128");
+    CHECK_INVALID(q::dequantize(w), "weights.packed has 0 bytes");
+    w = i40;
+    w.scales.pop_back();
+    CHECK_INVALID(q::dequantize(w), "weights.scales has 7 entries, not N * K / group_size = 8");
+    w = i40;
+    w.zero_points.clear();
+    CHECK_INVALID(run(), "weights.zero_points has 0 entries, not 8 (one per group)");
+    w = i40;
+    w.symmetric = true;  // symmetric keeps no zero points
+    CHECK_INVALID(q::dequantize(w), "weights.zero_points has 8 entries, not 0 (symmetric)");
+    w = i40;
+    w.group_size = 16;  // consistent, but the kernels need a multiple of 32
+    w.scales.resize(16);
+    w.zero_points.resize(16);
+    CHECK_INVALID(run(), "weights.group_size must be a multiple of 32");
+    CHECK_NOTHROW(q::dequantize(w));
+  }
+  SUBCASE("quantized_tensor and its scheme in dequantize") {
+    std::vector<float> x(4 * 8, 1.0f);
+    const auto t0 = q::quantize(x, 4, 8, q::scheme{});
+    auto t = t0;
+    t.scheme.granularity = static_cast<q::granularity>(7);
+    CHECK_INVALID(q::dequantize(t), "frugal::quant::dequantize: scheme.granularity 7");
+    t = t0;
+    t.scheme.granularity = q::granularity::per_group;  // group_size 0: no division by it
+    CHECK_INVALID(q::dequantize(t), "scheme.group_size must be > 0");
+    t = t0;
+    t.scheme.rounding = static_cast<q::rounding_mode>(5);
+    CHECK_INVALID(q::quantize(x, 4, 8, t.scheme), "scheme.rounding 5 is not a rounding_mode");
+    t = t0;
+    t.scales[0] = 0.0f;
+    CHECK_INVALID(q::dequantize(t), "params.scales[0]");
+  }
+  SUBCASE("valid structs still give the exact result on every path") {
+    const auto want = naive_acc(a0, w0);
+    for (auto p :
+         {q::simd_path::portable, q::simd_path::avx2, q::simd_path::avx_vnni, q::simd_path::avx512_vnni})
+      if (q::is_supported(p)) {
+        std::vector<std::int32_t> got(8);
+        q::gemm_w8a8_s32(a0, w0, got, p);
+        CHECK(got == want);
+      }
+    CHECK_NOTHROW(q::gemm_w8a8(a0, w0, o8, {.output_scale = 0.05f}));
+    CHECK_NOTHROW(q::gemm_weight_only(xf, 2, w0, out));
+  }
+}
+
+// Issue 19, class 1: a size product that wraps (2^32 * 2^32 is 0 in 64 bits) let an empty buffer pass
+// a size check for a huge shape; every product at a public boundary is checked.
+TEST_CASE("quant: size products that overflow size_t are rejected before any allocation or access") {
+  constexpr std::size_t big = std::size_t{1} << 32, huge = std::size_t{1} << 33;
+  std::mt19937 rng(91);
+  SUBCASE("int4 packing") {
+    // unpack_int4: rows * ceil(cols / 2) = 2^33 * 2^31 wraps to 0, so an empty span matched.
+    CHECK_INVALID(q::unpack_int4({}, huge, big), "frugal::quant::unpack_int4: rows * ceil(cols / 2) = ");
+    CHECK_INVALID(q::unpack_int4({}, huge, big), "overflows size_t");
+    CHECK_INVALID(q::pack_int4({}, big, big),
+                  "frugal::quant::pack_int4: rows * cols = 4294967296 * 4294967296");
+    CHECK_INVALID(q::unpack_int4({}, 1, std::numeric_limits<std::size_t>::max()),
+                  "not rows * ceil(cols / 2)");
+    q::int4_weights w;
+    w.rows = huge;
+    w.cols = big;
+    w.group_size = 32;
+    CHECK_INVALID(q::dequantize(w), "weights.rows * weights.cols / 2");
+  }
+  SUBCASE("weights, activations and outputs") {
+    CHECK_INVALID(q::make_quantized_weights({}, big, big, {}),
+                  "frugal::quant::make_quantized_weights: N * K = ");
+    q::quantized_activations a;
+    a.rows = big;
+    a.cols = big;
+    const auto w = random_weights(2, 8, rng);
+    std::vector<float> out;
+    CHECK_INVALID(q::gemm_w8a8(a, w, out), "activations.rows * activations.cols = ");
+    a = random_activations(2, 8, rng, false);
+    q::quantized_weights wb;
+    wb.rows = huge;
+    wb.cols = big;
+    CHECK_INVALID(q::gemm_w8a8(a, wb, out), "weights.rows * weights.cols = ");
+    CHECK_INVALID(q::gemm_weight_only(std::vector<float>(16), 2, wb, out), "weights.rows * weights.cols = ");
+    q::row_matrix om;
+    CHECK_INVALID(q::gemm_w8a8(a, wb, om), "weights.rows * weights.cols");  // before the resize
+    // M * K for the weight-only GEMM: x of 0 elements for M = 2^61, K = 8.
+    CHECK_INVALID(q::gemm_weight_only({}, std::size_t{1} << 61, w, out),
+                  "frugal::quant::gemm_weight_only: M * K = ");
+    CHECK_INVALID(q::quantize_rows({}, big, big), "frugal::quant::quantize_rows: rows * cols = ");
+    q::quantized_tensor t;
+    t.rows = huge;
+    t.cols = big;
+    CHECK_INVALID(q::dequantize(t), "frugal::quant::dequantize: rows * cols = ");  // before the allocation
+    // 0 x 2^63 passes every size check, but not the cast to Eigen::Index.
+    t.rows = 0;
+    t.cols = std::size_t{1} << 63;
+    t.data.clear();
+    t.scales = {1.0f};
+    t.zero_points = {0};
+    CHECK_INVALID(q::dequantize(t), "does not fit Eigen::Index");
+    q::int4_weights w4;
+    w4.rows = 0;
+    w4.cols = std::size_t{1} << 63;
+    w4.group_size = 32;
+    CHECK_INVALID(q::dequantize(w4), "does not fit Eigen::Index");
+  }
+  SUBCASE("K beyond max_gemm_k: 128 * col_sums would overflow int32") {
+    const std::size_t k = q::detail::max_gemm_k + 4;
+    std::vector<std::int8_t> d(2 * k, -128);  // |col_sum| = 128 K: 128 * that is 2^31 + 2^16, past int32
+    const auto w = q::make_quantized_weights(d, 2, k, std::vector<float>{1.0f, 1.0f});
+    CHECK(w.col_sums.empty());
+    CHECK(w.packed.empty());
+    CHECK(w.packed_corr.empty());
+    q::quantized_activations a;
+    a.rows = 1;
+    a.cols = k;
+    a.data.assign(k, 1);
+    a.scales = {1.0f};
+    std::vector<float> out(2);
+    CHECK_INVALID(q::gemm_w8a8(a, w, out), "K = 65540 exceeds 65536");
+    // The weights still serve the weight-only GEMM, exactly.
+    q::gemm_weight_only(std::vector<float>(k, 1.0f), 1, w, out);
+    CHECK(out[0] == -128.0f * static_cast<float>(k));
+    CHECK(out[1] == out[0]);
+    // At max_gemm_k itself the correction fits, and the int8 GEMM is exact.
+    const std::size_t km = q::detail::max_gemm_k;
+    const auto wm =
+        q::make_quantized_weights(std::vector<std::int8_t>(km, -128), 1, km, std::vector<float>{1.0f});
+    REQUIRE(wm.packed_corr.size() == 16);
+    CHECK(wm.packed_corr[0] == 128 * wm.col_sums[0]);
+    a.cols = km;
+    a.data.assign(km, -128);
+    std::vector<std::int32_t> acc(1);
+    q::gemm_w8a8_s32(a, wm, acc);
+    CHECK(acc[0] == 128 * 128 * static_cast<std::int32_t>(km));
+  }
+}

@@ -6,11 +6,22 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <stdexcept>
 
 #include "frugal/config.hpp"
 
 FRUGAL_BEGIN_NAMESPACE
+
+namespace detail {
+// A time in nanoseconds computed in double, as a duration: NaN and negatives give 0, and values beyond
+// the int64 range saturate (the plain cast is undefined there, e.g. a learned slope times a large n).
+inline std::chrono::nanoseconds clamp_ns(double ns) noexcept {
+  if (!(ns > 0)) return std::chrono::nanoseconds::zero();
+  if (ns >= 0x1p63) return std::chrono::nanoseconds::max();
+  return std::chrono::nanoseconds(static_cast<std::int64_t>(ns));
+}
+}  // namespace detail
 
 /// @brief What a policy sees when the batcher asks whether a partial batch should go now. The batcher
 /// itself dispatches a full batch (max_batch or max_batch_cost reached) and everything after close().
@@ -113,7 +124,7 @@ class adaptive {
     if (static_cast<double>(v.queued) >= need) return std::chrono::nanoseconds::zero();
     const double budget = static_cast<double>(o_.latency_target.count()) * o_.safety -
                           static_cast<double>(v.oldest_wait.count()) - (a_ * need + b_);
-    return std::chrono::nanoseconds(static_cast<std::int64_t>(std::max(budget, 0.0)));
+    return detail::clamp_ns(budget);
   }
 
   void on_batch_done(const batch_report& r) noexcept {
@@ -148,7 +159,7 @@ class adaptive {
   /// @brief a*n + b once fitted (0 before, or without shed_hopeless).
   std::chrono::nanoseconds expected_run_time(std::size_t n) const noexcept {
     if (!fitted_ || !o_.shed_hopeless) return std::chrono::nanoseconds::zero();
-    return std::chrono::nanoseconds(static_cast<std::int64_t>(a_ * static_cast<double>(n) + b_));
+    return detail::clamp_ns(a_ * static_cast<double>(n) + b_);
   }
 
   /// @brief The learned per-request time a, in nanoseconds.

@@ -2,6 +2,12 @@
 
 // Calibration observers see batches of a tensor and produce its quantization parameters. All are
 // deterministic: the same batches in the same order give the same parameters.
+//
+// NaN and Inf: every observer skips them and counts them in stats().nonfinite; they never move a range
+// or a histogram. compute_params() is std::invalid_argument naming the channel when a channel has seen
+// no finite value at all (it used to get scale 1 silently). Finite values up to +-FLT_MAX are exact:
+// the histogram observers keep their range in double, so doubling it past FLT_MAX does not make it Inf,
+// and the clip ranges they return are clamped to +-FLT_MAX.
 
 #include <Eigen/Core>
 #include <algorithm>
@@ -33,7 +39,7 @@ struct observer_options {
 struct observer_stats {
   std::size_t batches = 0;
   std::size_t values = 0;
-  std::size_t nonfinite = 0;  ///< NaN and Inf, skipped
+  std::size_t nonfinite = 0;  ///< NaN and Inf, skipped (not in `values`)
 };
 
 namespace detail {
@@ -84,10 +90,17 @@ class observer_base {
     if (stats_.batches == 0) throw std::invalid_argument(std::string(who_) + ": no batch observed yet");
   }
 
+  [[noreturn]] void throw_no_finite(std::size_t c) const {
+    throw std::invalid_argument(std::string(who_) + ": channel " + std::to_string(c) +
+                                " has seen no finite value (" + std::to_string(stats_.nonfinite) +
+                                " NaN or Inf skipped)");
+  }
+
   quant_params params_from(const std::vector<float>& lo, const std::vector<float>& hi,
                            const scheme& s) const {
     quant_params p;
     for (std::size_t c = 0; c < lo.size(); ++c) {
+      if (!(lo[c] <= hi[c])) throw_no_finite(c);  // still +Inf, -Inf: nothing finite seen
       const auto [scale, zp] = params_from_range(lo[c], hi[c], s);
       p.scales.push_back(scale);
       p.zero_points.push_back(zp);
@@ -183,9 +196,21 @@ class moving_average_minmax_observer : public minmax_observer {
       hi_ = hi;
       return;
     }
+    // A channel that has seen no finite value yet still holds +-Inf: its first finite batch sets it
+    // (Inf + c * (x - Inf) was NaN). x - range can overflow float: then the step is taken in double.
+    const auto step = [this](float& r, float x) {
+      if (!std::isfinite(x)) return;
+      if (!std::isfinite(r)) {
+        r = x;
+        return;
+      }
+      const float d = x - r;
+      r = std::isfinite(d) ? r + c_ * d
+                           : static_cast<float>(r + static_cast<double>(c_) * (static_cast<double>(x) - r));
+    };
     for (std::size_t c = 0; c < lo.size(); ++c) {
-      if (std::isfinite(lo[c])) lo_[c] += c_ * (lo[c] - lo_[c]);
-      if (std::isfinite(hi[c])) hi_[c] += c_ * (hi[c] - hi_[c]);
+      step(lo_[c], lo[c]);
+      step(hi_[c], hi[c]);
     }
   }
   float c_;
@@ -205,10 +230,13 @@ namespace detail {
 // beyond the range it has grown to.
 class histogram_observer_base : public observer_base {
  public:
+  static constexpr std::size_t max_bins = std::size_t{1} << 24;  // 2 * bins doubles per channel
+
   histogram_observer_base(histogram_options o, const char* who)
       : observer_base(o.observer, who), bins_(o.bins) {
-    if (bins_ < 8 || bins_ % 2 != 0)
-      throw std::invalid_argument(std::string(who) + ": options.bins must be even and >= 8");
+    if (bins_ < 8 || bins_ % 2 != 0 || bins_ > max_bins)
+      throw std::invalid_argument(std::string(who) + ": options.bins must be even and in [8, " +
+                                  std::to_string(max_bins) + "], not " + std::to_string(bins_));
   }
   void observe(std::span<const float> x, std::size_t rows, std::size_t cols) {
     // First pass: the batch's per-channel absmax, to grow the ranges before binning.
@@ -221,16 +249,16 @@ class histogram_observer_base : public observer_base {
     stats_ = before;
     if (hist_.empty()) {
       hist_.assign(channels_, std::vector<double>(2 * bins_, 0.0));
-      range_.assign(channels_, 0.0f);
+      range_.assign(channels_, 0.0);
     }
     for (std::size_t c = 0; c < amax.size(); ++c) grow(c, amax[c]);
     visit(x, rows, cols, [&](std::size_t c, float v) {
-      const float r = range_[c];
-      if (r == 0.0f) {
+      const double r = range_[c];
+      if (r == 0.0) {
         hist_[c][bins_] += 1;  // only zeros seen so far in this channel
         return;
       }
-      const double pos = (static_cast<double>(v) + r) / (2.0 * r) * static_cast<double>(2 * bins_);
+      const double pos = (static_cast<double>(v) + r) / (2.0 * r) * static_cast<double>(2 * bins_);  // finite
       const auto b = std::min<std::size_t>(2 * bins_ - 1, static_cast<std::size_t>(std::max(0.0, pos)));
       hist_[c][b] += 1;
     });
@@ -245,11 +273,17 @@ class histogram_observer_base : public observer_base {
   quant_params compute_params(const scheme& s) const {
     check_scheme(s);
     std::vector<float> lo(channels_), hi(channels_);
-    for (std::size_t c = 0; c < channels_; ++c) std::tie(lo[c], hi[c]) = clip_range(c, s);
+    for (std::size_t c = 0; c < channels_; ++c) {
+      double total = 0;
+      for (double v : hist_[c]) total += v;
+      if (total == 0) throw_no_finite(c);
+      std::tie(lo[c], hi[c]) = clip_range(c, s);
+    }
     return params_from(lo, hi, s);
   }
-  /// @brief The range of channel c, [-R, R].
-  float range(std::size_t c) const { return range_.at(c); }
+  /// @brief The range of channel c, [-R, R], clamped to FLT_MAX (R is kept in double and can reach
+  /// 2 * FLT_MAX).
+  float range(std::size_t c) const { return to_float(range_.at(c)); }
 
  protected:
   virtual std::pair<float, float> clip_range(std::size_t c, const scheme& s) const = 0;
@@ -260,8 +294,13 @@ class histogram_observer_base : public observer_base {
     for (std::size_t i = 0; i < bins_; ++i) f[i] = hist_[c][bins_ + i] + hist_[c][bins_ - 1 - i];
     return f;
   }
-  double bin_width(std::size_t c) const {
-    return static_cast<double>(range_[c]) / static_cast<double>(bins_);
+  double bin_width(std::size_t c) const { return range_[c] / static_cast<double>(bins_); }
+
+  // A clip bound in float: beyond +-FLT_MAX (the range may be up to 2 * FLT_MAX) it is clamped, not Inf,
+  // which the cast would make (and which params_from_range rejects).
+  static float to_float(double v) noexcept {
+    constexpr double m = std::numeric_limits<float>::max();
+    return static_cast<float>(std::clamp(v, -m, m));
   }
 
   // The value below which a fraction q of channel c lies (signed histogram, bin upper edges).
@@ -272,20 +311,19 @@ class histogram_observer_base : public observer_base {
     double acc = 0;
     for (std::size_t i = 0; i < h.size(); ++i) {
       acc += h[i];
-      if (acc >= q * total)
-        return static_cast<float>(-range_[c] + (static_cast<double>(i) + 1) * bin_width(c));
+      if (acc >= q * total) return to_float(-range_[c] + (static_cast<double>(i) + 1) * bin_width(c));
     }
-    return range_[c];
+    return to_float(range_[c]);
   }
 
   std::size_t bins_;
   std::vector<std::vector<double>> hist_;
-  std::vector<float> range_;
+  std::vector<double> range_;  // double: doubling a float range near FLT_MAX made it Inf
 
  private:
   void grow(std::size_t c, float amax) {
     if (amax <= range_[c]) return;
-    if (range_[c] == 0.0f) {
+    if (range_[c] == 0.0) {
       const double zeros = hist_[c][bins_];
       range_[c] = amax;
       std::fill(hist_[c].begin(), hist_[c].end(), 0.0);
@@ -299,7 +337,7 @@ class histogram_observer_base : public observer_base {
       std::vector<double> merged(n, 0.0);
       for (std::size_t j = 0; j < n; ++j) merged[n / 4 + j / 2] += h[j];
       h.swap(merged);
-      range_[c] *= 2.0f;
+      range_[c] *= 2.0;
     }
   }
 };
@@ -333,11 +371,11 @@ class percentile_observer : public detail::histogram_observer_base {
     for (std::size_t i = 0; i < f.size(); ++i) {
       acc += f[i];
       if (acc >= p_ / 100.0 * total) {
-        const auto a = static_cast<float>((static_cast<double>(i) + 1) * bin_width(c));
+        const float a = to_float((static_cast<double>(i) + 1) * bin_width(c));
         return {-a, a};
       }
     }
-    return {-range_[c], range_[c]};
+    return {-to_float(range_[c]), to_float(range_[c])};
   }
   double p_;
 };
@@ -369,8 +407,8 @@ class mse_observer : public detail::histogram_observer_base {
     std::size_t first = 0, last = h.size() - 1;
     while (first < last && h[first] == 0) ++first;
     while (last > first && h[last] == 0) --last;
-    float lo_all = static_cast<float>(-range_[c] + static_cast<double>(first) * w);
-    float hi_all = static_cast<float>(-range_[c] + static_cast<double>(last + 1) * w);
+    float lo_all = to_float(-range_[c] + static_cast<double>(first) * w);
+    float hi_all = to_float(-range_[c] + static_cast<double>(last + 1) * w);
     if (s.symmetric) {
       hi_all = std::max(-lo_all, hi_all);
       lo_all = -hi_all;
@@ -386,8 +424,7 @@ class mse_observer : public detail::histogram_observer_base {
       for (std::size_t i = 0; i < h.size(); ++i) {
         if (h[i] == 0) continue;
         const double x = -range_[c] + (static_cast<double>(i) + 0.5) * w;
-        const std::int32_t q =
-            detail::quantize_value(static_cast<float>(x), scale, zp, qmin(s), qmax(s), s.rounding);
+        const std::int32_t q = detail::quantize_value(to_float(x), scale, zp, qmin(s), qmax(s), s.rounding);
         const double d = static_cast<double>(q - zp) * scale - x;
         err += h[i] * d * d;
       }
@@ -458,7 +495,7 @@ class entropy_observer : public detail::histogram_observer_base {
         best_i = i;
       }
     }
-    return static_cast<float>(static_cast<double>(best_i) * bin_width(c));
+    return to_float(static_cast<double>(best_i) * bin_width(c));
   }
 
  private:

@@ -8,6 +8,7 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "frugal/config.hpp"
@@ -46,7 +47,10 @@ struct quantize_rows_options {
 
 /// @brief Weights B (N x K int8 row-major: each output channel's K weights contiguous) with one
 /// symmetric fp32 scale per output channel, their int32 column sums sum_k B[n][k], and a CPU-only
-/// re-packed copy for the SIMD kernels (see detail/gemm_int8.hpp).
+/// re-packed copy for the SIMD kernels (see detail/gemm_int8.hpp). Every GEMM checks the fields it
+/// reads against rows and cols first (std::invalid_argument naming the field); col_sums, packed and
+/// packed_corr are needed by the int8 GEMM only, and make_quantized_weights leaves them empty for
+/// K > max_gemm_k.
 struct quantized_weights {
   std::size_t rows = 0;  ///< N, output channels
   std::size_t cols = 0;  ///< K, the reduction
@@ -81,7 +85,13 @@ struct fixed_point_multiplier {
   int shift = 0;
 };
 
-/// @brief gemmlowp's QuantizeMultiplier: frexp, then a Q31 mantissa rounded to nearest.
+/// @brief The largest shift multiply_by_quantized_multiplier applies: x * 2^31 saturates int32 for any x !=
+/// 0.
+inline constexpr int max_multiplier_shift = 31;
+
+/// @brief gemmlowp's QuantizeMultiplier: frexp, then a Q31 mantissa rounded to nearest. A multiplier
+/// below 2^-32 becomes {0, 0} (every product rounds to 0); one of 2^31 or more, whose shift would exceed
+/// max_multiplier_shift, is std::invalid_argument.
 inline fixed_point_multiplier quantize_multiplier(double real) {
   if (!(real > 0.0) || !std::isfinite(real))
     throw std::invalid_argument("frugal::quant::quantize_multiplier: the multiplier must be finite and > 0");
@@ -93,6 +103,10 @@ inline fixed_point_multiplier quantize_multiplier(double real) {
     ++shift;
   }
   if (shift < -31) return {0, 0};
+  if (shift > max_multiplier_shift)
+    throw std::invalid_argument("frugal::quant::quantize_multiplier: the multiplier " + std::to_string(real) +
+                                " needs a shift of " + std::to_string(shift) + ", more than " +
+                                std::to_string(max_multiplier_shift));
   return {static_cast<std::int32_t>(m), shift};
 }
 
@@ -113,15 +127,21 @@ inline constexpr std::int32_t rounding_divide_by_pot(std::int32_t x, int exponen
 }
 
 /// @brief x * real for the multiplier from quantize_multiplier (TFLite's MultiplyByQuantizedMultiplier).
+/// A hand-made shift above 31 acts as 31 (x * 2^31 already saturates int32 for x != 0); one below -31
+/// gives 0, as |x * multiplier / 2^31| / 2^32 < 1/2 rounds.
 inline constexpr std::int32_t multiply_by_quantized_multiplier(std::int32_t x,
                                                                fixed_point_multiplier m) noexcept {
-  const int left = m.shift > 0 ? m.shift : 0, right = m.shift > 0 ? 0 : -m.shift;
+  // A larger left shift would change nothing but make 1 << shift UB; x >> 32 and beyond is UB too.
+  if (m.shift < -31) return 0;
+  const int left = m.shift > 0 ? std::min(m.shift, max_multiplier_shift) : 0,
+            right = m.shift > 0 ? 0 : -m.shift;
   const std::int64_t shifted = static_cast<std::int64_t>(x) * (std::int64_t{1} << left);
   const auto sat = static_cast<std::int32_t>(std::clamp<std::int64_t>(shifted, INT32_MIN, INT32_MAX));
   return rounding_divide_by_pot(saturating_rounding_doubling_high_mul(sat, m.multiplier), right);
 }
 
-/// @brief Dynamic per-token quantization of a rows x cols row-major matrix.
+/// @brief Dynamic per-token quantization of a rows x cols row-major matrix. NaN or Inf in `x` is
+/// std::invalid_argument naming the first index; rows * cols is checked for overflow.
 inline quantized_activations quantize_rows(std::span<const float> x, std::size_t rows, std::size_t cols,
                                            const quantize_rows_options& opt = {}) {
   constexpr const char* who = "frugal::quant::quantize_rows";
@@ -164,13 +184,16 @@ inline quantized_activations quantize_rows(const Eigen::Ref<const row_matrix>& x
   });
 }
 
-/// @brief Wraps int8 weights quantized elsewhere (N x K row-major, one scale per channel).
+/// @brief Wraps int8 weights quantized elsewhere (N x K row-major, one scale per channel). The column
+/// sums and the packed CPU copy are built only for K <= max_gemm_k, the int8 GEMM's limit; beyond it
+/// they are left empty (128 * col_sums would overflow int32) and the weights serve gemm_weight_only.
 inline quantized_weights make_quantized_weights(std::span<const std::int8_t> data, std::size_t rows,
                                                 std::size_t cols, std::span<const float> scales) {
   constexpr const char* who = "frugal::quant::make_quantized_weights";
-  if (data.size() != rows * cols)
+  if (data.size() != detail::checked_mul(rows, cols, who, "N * K"))
     throw std::invalid_argument(std::string(who) + ": data has " + std::to_string(data.size()) +
-                                " elements, not N * K");
+                                " elements, not N * K = " + std::to_string(rows) + " * " +
+                                std::to_string(cols));
   if (scales.size() != rows)
     throw std::invalid_argument(std::string(who) + ": scales has " + std::to_string(scales.size()) +
                                 " entries, not N = " + std::to_string(rows));
@@ -183,6 +206,8 @@ inline quantized_weights make_quantized_weights(std::span<const std::int8_t> dat
   w.cols = cols;
   w.data.assign(data.begin(), data.end());
   w.scales.assign(scales.begin(), scales.end());
+  if (cols > detail::max_gemm_k) return w;
+  // |col_sums| <= 128 * K <= 2^23 and |128 * col_sums| <= 2^30: both fit int32 below max_gemm_k.
   w.col_sums.assign(rows, 0);
   for (std::size_t n = 0; n < rows; ++n)
     for (std::size_t k = 0; k < cols; ++k) w.col_sums[n] += data[n * cols + k];
@@ -333,22 +358,100 @@ inline int8_level resolve_int8_level(simd_path p, const char* who) {
   return int8_level::portable;
 }
 
+inline void check_activation(activation_kind a, bool allow_gelu, const char* who) {
+  const bool gelu = a == activation_kind::gelu || a == activation_kind::gelu_erf;
+  if (a != activation_kind::none && a != activation_kind::relu && (!gelu || !allow_gelu))
+    throw std::invalid_argument(std::string(who) + ": options.activation " + std::to_string(static_cast<int>(a)) +
+                                (a == activation_kind::gelu       ? " (gelu) is not supported with int8 output"
+                                 : a == activation_kind::gelu_erf ? " (gelu_erf) is not supported with int8 output"
+                                                                  : " is not an activation_kind"));
+}
+
+/// Checks every field of quantized_activations against its shape in O(M): data vs rows * cols, one
+/// finite scale > 0 per row, and no or one zero point in [-128, 127] per row. std::invalid_argument
+/// "who: activations.<field> ...".
+inline void validate(const quantized_activations& a, const char* who) {
+  // The message is built only on error: these checks run on every GEMM call.
+  const auto s = [who] { return std::string(who) + ": activations."; };
+  const std::size_t need = checked_mul(a.rows, a.cols, who, "activations.rows * activations.cols");
+  if (a.data.size() != need)
+    throw std::invalid_argument(s() + "data has " + std::to_string(a.data.size()) +
+                                " elements, not M * K = " + std::to_string(a.rows) + " * " +
+                                std::to_string(a.cols));
+  if (a.scales.size() != a.rows)
+    throw std::invalid_argument(s() + "scales has " + std::to_string(a.scales.size()) +
+                                " entries, not M = " + std::to_string(a.rows));
+  for (std::size_t i = 0; i < a.rows; ++i)
+    if (!(a.scales[i] > 0.0f) || !std::isfinite(a.scales[i]))
+      throw std::invalid_argument(s() + "scales[" + std::to_string(i) + "] = " + std::to_string(a.scales[i]) +
+                                  " must be finite and > 0");
+  if (!a.zero_points.empty() && a.zero_points.size() != a.rows)
+    throw std::invalid_argument(s() + "zero_points has " + std::to_string(a.zero_points.size()) +
+                                " entries, not 0 or M = " + std::to_string(a.rows));
+  for (std::size_t i = 0; i < a.zero_points.size(); ++i)
+    if (a.zero_points[i] < -128 || a.zero_points[i] > 127)
+      throw std::invalid_argument(s() + "zero_points[" + std::to_string(i) +
+                                  "] = " + std::to_string(a.zero_points[i]) + " is outside [-128, 127]");
+}
+
+/// Checks every field of quantized_weights against its shape in O(N): data vs rows * cols, one finite
+/// scale > 0 per channel and, for the int8 GEMM (`int8_gemm`), K <= max_gemm_k, the column sums
+/// (|col_sums[n]| <= 128 K), the packed panels and packed_corr = 128 * col_sums. std::invalid_argument
+/// "who: weights.<field> ...". The values of data, packed and col_sums are not compared (O(N K)).
+inline void validate(const quantized_weights& w, const char* who, bool int8_gemm) {
+  // The message is built only on error: these checks run on every GEMM call.
+  const auto s = [who] { return std::string(who) + ": weights."; };
+  const std::size_t need = checked_mul(w.rows, w.cols, who, "weights.rows * weights.cols");
+  if (w.data.size() != need)
+    throw std::invalid_argument(s() + "data has " + std::to_string(w.data.size()) +
+                                " elements, not N * K = " + std::to_string(w.rows) + " * " +
+                                std::to_string(w.cols));
+  if (w.scales.size() != w.rows)
+    throw std::invalid_argument(s() + "scales has " + std::to_string(w.scales.size()) +
+                                " entries, not N = " + std::to_string(w.rows));
+  for (std::size_t i = 0; i < w.rows; ++i)
+    if (!(w.scales[i] > 0.0f) || !std::isfinite(w.scales[i]))
+      throw std::invalid_argument(s() + "scales[" + std::to_string(i) + "] = " + std::to_string(w.scales[i]) +
+                                  " must be finite and > 0");
+  if (!int8_gemm) return;
+  if (w.cols > max_gemm_k)
+    throw std::invalid_argument(std::string(who) + ": K = " + std::to_string(w.cols) + " exceeds " +
+                                std::to_string(max_gemm_k) +
+                                ", beyond which int32 accumulation could overflow");
+  if (w.col_sums.size() != w.rows)
+    throw std::invalid_argument(s() + "col_sums has " + std::to_string(w.col_sums.size()) +
+                                " entries, not N = " + std::to_string(w.rows));
+  // rows <= data.size() and cols <= max_gemm_k: none of these products can wrap.
+  const std::size_t panels = round_up(w.rows, panel_width) / panel_width, k4 = round_up(w.cols, 4) / 4;
+  if (w.packed.size() != panels * k4 * 64)
+    throw std::invalid_argument(s() + "packed has " + std::to_string(w.packed.size()) + " bytes, not the " +
+                                std::to_string(panels * k4 * 64) +
+                                " of the CPU panels (build the weights with make_quantized_weights)");
+  if (w.packed_corr.size() != panels * panel_width)
+    throw std::invalid_argument(s() + "packed_corr has " + std::to_string(w.packed_corr.size()) +
+                                " entries, not N rounded up to 16 = " + std::to_string(panels * panel_width));
+  const auto bound = static_cast<std::int64_t>(128 * w.cols);
+  for (std::size_t n = 0; n < w.rows; ++n) {
+    const std::int64_t cs = w.col_sums[n];
+    if (cs < -bound || cs > bound)
+      throw std::invalid_argument(s() + "col_sums[" + std::to_string(n) + "] = " + std::to_string(cs) +
+                                  " is beyond 128 * K = " + std::to_string(bound));
+    if (w.packed_corr[n] != 128 * cs)
+      throw std::invalid_argument(s() + "packed_corr[" + std::to_string(n) +
+                                  "] = " + std::to_string(w.packed_corr[n]) + ", not 128 * col_sums[" +
+                                  std::to_string(n) + "] = " + std::to_string(128 * cs));
+  }
+}
+
 inline void check_gemm_shapes(const quantized_activations& a, const quantized_weights& w,
                               std::size_t out_size, std::span<const float> bias, const char* who) {
   const std::string s(who);
+  validate(a, who);
+  validate(w, who, true);
   if (a.cols != w.cols)
     throw std::invalid_argument(s + ": activations have K = " + std::to_string(a.cols) +
                                 " but weights have K = " + std::to_string(w.cols));
-  if (a.cols > max_gemm_k)
-    throw std::invalid_argument(s + ": K = " + std::to_string(a.cols) + " exceeds " +
-                                std::to_string(max_gemm_k) +
-                                ", beyond which int32 accumulation could overflow");
-  if (a.data.size() != a.rows * a.cols || a.scales.size() != a.rows ||
-      (!a.zero_points.empty() && a.zero_points.size() != a.rows))
-    throw std::invalid_argument(s + ": activations are inconsistent (data, scales or zero_points size)");
-  if (w.data.size() != w.rows * w.cols || w.scales.size() != w.rows || w.col_sums.size() != w.rows)
-    throw std::invalid_argument(s + ": weights are inconsistent (data, scales or col_sums size)");
-  if (out_size != a.rows * w.rows)
+  if (out_size != checked_mul(a.rows, w.rows, who, "M * N"))
     throw std::invalid_argument(s + ": out has " + std::to_string(out_size) + " elements, not M * N = " +
                                 std::to_string(a.rows) + " * " + std::to_string(w.rows));
   if (!bias.empty() && bias.size() != w.rows)
@@ -391,6 +494,7 @@ inline void gemm_w8a8_impl(const quantized_activations& a, const quantized_weigh
                            std::size_t out_size, out_kind kind, const gemm_options& opt) {
   constexpr const char* who = "frugal::quant::gemm_w8a8";
   check_gemm_shapes(a, w, out_size, opt.bias, who);
+  check_activation(opt.activation, true, who);
   const int8_level lv = resolve_int8_level(opt.path, who);
   const epilogue_args e{a.scales.data(),
                         a.zero_points.empty() ? nullptr : a.zero_points.data(),
@@ -440,6 +544,7 @@ inline void gemm_w8a8(const quantized_activations& a, const quantized_weights& w
 /// @brief W8A8 GEMM into an Eigen matrix, resized to M x N.
 inline void gemm_w8a8(const quantized_activations& a, const quantized_weights& w, row_matrix& out,
                       const gemm_options& opt = {}) {
+  detail::check_gemm_shapes(a, w, a.rows * w.rows, opt.bias, "frugal::quant::gemm_w8a8");  // before resize
   out.resize(static_cast<Eigen::Index>(a.rows), static_cast<Eigen::Index>(w.rows));
   gemm_w8a8(a, w, std::span<float>(out.data(), static_cast<std::size_t>(out.size())), opt);
 }
@@ -453,11 +558,27 @@ inline void gemm_w8a8(const quantized_activations& a, const quantized_weights& w
     throw std::invalid_argument(std::string(who) + ": options.output_scale must be finite and > 0");
   if (opt.output_zero_point < -128 || opt.output_zero_point > 127)
     throw std::invalid_argument(std::string(who) + ": options.output_zero_point must be in [-128, 127]");
-  if (opt.activation == activation_kind::gelu || opt.activation == activation_kind::gelu_erf)
-    throw std::invalid_argument(std::string(who) +
-                                ": options.activation gelu and gelu_erf are not supported with int8 output");
-  std::vector<std::int32_t> acc(a.rows * w.rows);
+  detail::check_activation(opt.activation, false, who);
   detail::check_gemm_shapes(a, w, out.size(), opt.bias, who);
+  for (std::size_t n = 0; n < opt.bias.size(); ++n)
+    if (!std::isfinite(opt.bias[n]))
+      throw std::invalid_argument(std::string(who) + ": options.bias[" + std::to_string(n) +
+                                  "] = " + std::to_string(opt.bias[n]) + " must be finite");
+  // Every multiplier sa[m] * sb[n] / output_scale is at most this one, and quantize_multiplier's shift
+  // grows with its argument: if this one's fits, all do.
+  if (a.rows > 0 && w.rows > 0) {
+    const double biggest = static_cast<double>(*std::max_element(a.scales.begin(), a.scales.end())) *
+                           *std::max_element(w.scales.begin(), w.scales.end()) / opt.output_scale;
+    try {
+      (void)quantize_multiplier(biggest);
+    } catch (const std::invalid_argument&) {
+      throw std::invalid_argument(
+          std::string(who) + ": options.output_scale = " + std::to_string(opt.output_scale) +
+          " makes the multiplier sa * sb / output_scale = " + std::to_string(biggest) +
+          ", whose shift exceeds " + std::to_string(max_multiplier_shift));
+    }
+  }
+  std::vector<std::int32_t> acc(a.rows * w.rows);
   gemm_w8a8_s32(a, w, acc, opt.path);
   const bool uniform =
       std::all_of(a.scales.begin(), a.scales.end(), [&](float s) { return s == a.scales[0]; });
@@ -473,7 +594,8 @@ inline void gemm_w8a8(const quantized_activations& a, const quantized_weights& w
       const double sasb = static_cast<double>(a.scales[m]) * w.scales[n];
       std::int64_t v = acc[m * w.rows + n];
       if (!a.zero_points.empty()) v -= static_cast<std::int64_t>(a.zero_points[m]) * w.col_sums[n];
-      if (!opt.bias.empty()) v += std::llround(opt.bias[n] / sasb);
+      // Beyond +-2^40 the sum saturates int32 below either way; the clamp keeps llround defined.
+      if (!opt.bias.empty()) v += std::llround(std::clamp(opt.bias[n] / sasb, -0x1p40, 0x1p40));
       const auto v32 = static_cast<std::int32_t>(std::clamp<std::int64_t>(v, INT32_MIN, INT32_MAX));
       const fixed_point_multiplier fm = uniform ? per_col[n] : quantize_multiplier(sasb / opt.output_scale);
       const std::int64_t q =
@@ -494,10 +616,10 @@ namespace detail {
 inline void check_weight_only(std::size_t xsize, std::size_t m, std::size_t k, std::size_t n,
                               std::size_t out_size, std::span<const float> bias, const char* who) {
   const std::string s(who);
-  if (xsize != m * k)
+  if (xsize != checked_mul(m, k, who, "M * K"))
     throw std::invalid_argument(s + ": x has " + std::to_string(xsize) +
                                 " elements, not M * K = " + std::to_string(m) + " * " + std::to_string(k));
-  if (out_size != m * n)
+  if (out_size != checked_mul(m, n, who, "M * N"))
     throw std::invalid_argument(s + ": out has " + std::to_string(out_size) +
                                 " elements, not M * N = " + std::to_string(m) + " * " + std::to_string(n));
   if (!bias.empty() && bias.size() != n)
@@ -542,7 +664,9 @@ inline void gemm_weight_only(std::span<const float> x, std::size_t m, const quan
                              std::span<float> out, const weight_only_options& opt = {}) {
   constexpr const char* who = "frugal::quant::gemm_weight_only";
   const std::size_t k = w.cols, n = w.rows;
+  detail::validate(w, who, false);
   detail::check_weight_only(x.size(), m, k, n, out.size(), opt.bias, who);
+  detail::check_activation(opt.activation, true, who);
   const auto lv = detail::resolve_float_level(opt.path, who);
   if (m == 0 || n == 0) return;
   const auto rows4 = [&](std::size_t j, const std::int8_t** p) {
@@ -587,12 +711,14 @@ inline void gemm_weight_only(std::span<const float> x, std::size_t m, const quan
 inline void gemm_weight_only(std::span<const float> x, std::size_t m, const int4_weights& w,
                              std::span<float> out, const weight_only_options& opt = {}) {
   constexpr const char* who = "frugal::quant::gemm_weight_only";
+  // validate first: g % 32 with a group_size of 0 passed, and k % g then divided by zero.
+  detail::validate(w, who);
   const std::size_t k = w.cols, n = w.rows, g = static_cast<std::size_t>(w.group_size);
+  if (g % 32 != 0)
+    throw std::invalid_argument(std::string(who) + ": weights.group_size must be a multiple of 32, not " +
+                                std::to_string(g));
   detail::check_weight_only(x.size(), m, k, n, out.size(), opt.bias, who);
-  if (g % 32 != 0 || k % g != 0 || w.packed.size() != n * (k / 2) || w.scales.size() != n * (k / g) ||
-      (!w.symmetric && w.zero_points.size() != w.scales.size()))
-    throw std::invalid_argument(
-        std::string(who) + ": int4 weights are inconsistent (group_size, packed, scales or zero_points)");
+  detail::check_activation(opt.activation, true, who);
   const auto lv = detail::resolve_float_level(opt.path, who);
   if (m == 0 || n == 0) return;
   const std::uint8_t* zps = w.symmetric ? nullptr : w.zero_points.data();
@@ -639,6 +765,12 @@ void gemm_weight_only(std::span<const half> x, std::size_t m, const Weights& w, 
 template <class Weights>
 void gemm_weight_only(const Eigen::Ref<const row_matrix>& x, const Weights& w, row_matrix& out,
                       const weight_only_options& opt = {}) {
+  constexpr const char* who = "frugal::quant::gemm_weight_only";
+  if constexpr (std::is_same_v<Weights, quantized_weights>)
+    detail::validate(w, who, false);
+  else
+    detail::validate(w, who);
+  detail::checked_mul(static_cast<std::size_t>(x.rows()), w.rows, who, "M * N");  // before resize
   out.resize(x.rows(), static_cast<Eigen::Index>(w.rows));
   detail::with_contiguous(x, [&](std::span<const float> d) {
     gemm_weight_only(d, static_cast<std::size_t>(x.rows()), w,

@@ -30,7 +30,7 @@ inline std::vector<std::uint8_t> pack_int4(std::span<const std::int8_t> values, 
       throw std::invalid_argument(std::string(who) + ": values[" + std::to_string(i) +
                                   "] = " + std::to_string(values[i]) + " is outside [" + std::to_string(lo) +
                                   ", " + std::to_string(hi) + "]");
-  const std::size_t stride = (cols + 1) / 2;
+  const std::size_t stride = detail::half_up(cols);  // rows * stride <= rows * cols, checked above
   std::vector<std::uint8_t> out(rows * stride);
   for (std::size_t r = 0; r < rows; ++r)
     detail::pack_nibbles(values.data() + r * cols, cols, out.data() + r * stride);
@@ -40,11 +40,15 @@ inline std::vector<std::uint8_t> pack_int4(std::span<const std::int8_t> values, 
 /// @brief The inverse of pack_int4: signed nibbles are sign-extended, unsigned ones zero-extended.
 inline std::vector<std::int8_t> unpack_int4(std::span<const std::uint8_t> packed, std::size_t rows,
                                             std::size_t cols, bool is_signed = true) {
-  const std::size_t stride = (cols + 1) / 2;
-  if (packed.size() != rows * stride)
-    throw std::invalid_argument("frugal::quant::unpack_int4: packed has " + std::to_string(packed.size()) +
-                                " bytes, not rows * ceil(cols / 2) = " + std::to_string(rows * stride));
-  std::vector<std::int8_t> out(rows * cols);
+  constexpr const char* who = "frugal::quant::unpack_int4";
+  const std::size_t stride = detail::half_up(cols);
+  // Both products are checked: a wrapped rows * stride let an empty span pass for a huge shape.
+  const std::size_t need = detail::checked_mul(rows, stride, who, "rows * ceil(cols / 2)");
+  const std::size_t count = detail::checked_mul(rows, cols, who, "rows * cols");
+  if (packed.size() != need)
+    throw std::invalid_argument(std::string(who) + ": packed has " + std::to_string(packed.size()) +
+                                " bytes, not rows * ceil(cols / 2) = " + std::to_string(need));
+  std::vector<std::int8_t> out(count);
   for (std::size_t r = 0; r < rows; ++r)
     for (std::size_t c = 0; c < cols; ++c) {
       const std::uint8_t b = packed[r * stride + c / 2];
@@ -98,6 +102,37 @@ struct int4_weights {
     return packed.size() + scales.size() * sizeof(half) + zero_points.size();
   }
 };
+
+namespace detail {
+
+/// Checks every field of an int4_weights against its shape (O(1): sizes only, not the values of the
+/// scales or zero points): std::invalid_argument "who: weights.<field> ...".
+inline void validate(const int4_weights& w, const char* who) {
+  // The message is built only on error: these checks run on every GEMM call.
+  const auto s = [who] { return std::string(who) + ": weights."; };
+  if (w.group_size <= 0)
+    throw std::invalid_argument(s() + "group_size must be > 0, not " + std::to_string(w.group_size));
+  const auto g = static_cast<std::size_t>(w.group_size);
+  if (w.cols % g != 0 || w.cols % 2 != 0)
+    throw std::invalid_argument(s() + "cols (" + std::to_string(w.cols) +
+                                ") must be even and a multiple of weights.group_size (" + std::to_string(g) +
+                                ")");
+  const std::size_t packed = checked_mul(w.rows, w.cols / 2, who, "weights.rows * weights.cols / 2");
+  if (w.packed.size() != packed)
+    throw std::invalid_argument(s() + "packed has " + std::to_string(w.packed.size()) +
+                                " bytes, not N * K / 2 = " + std::to_string(packed));
+  const std::size_t groups = w.rows * (w.cols / g);  // <= the product above
+  if (w.scales.size() != groups)
+    throw std::invalid_argument(s() + "scales has " + std::to_string(w.scales.size()) +
+                                " entries, not N * K / group_size = " + std::to_string(groups));
+  if (w.symmetric ? !w.zero_points.empty() : w.zero_points.size() != groups)
+    throw std::invalid_argument(s() + "zero_points has " + std::to_string(w.zero_points.size()) +
+                                " entries, not " + std::to_string(w.symmetric ? 0 : groups) +
+                                (w.symmetric ? " (symmetric)" : " (one per group)"));
+  checked_mul(w.rows, w.cols, who, "weights.rows * weights.cols");
+}
+
+}  // namespace detail
 
 /// @brief Quantizes an N x K row-major weight matrix to groupwise int4 (torchao-style). Scales are
 /// rounded to fp16 first, and the integers are computed with the rounded scale, so that dequantizing
@@ -169,8 +204,11 @@ inline int4_weights quantize_int4(const Eigen::Ref<const row_matrix>& w, const i
   });
 }
 
-/// @brief The real N x K weights of groupwise int4.
+/// @brief The real N x K weights of groupwise int4. Every field of `w` is checked first
+/// (std::invalid_argument naming it): a group_size of 0 used to divide by zero.
 inline row_matrix dequantize(const int4_weights& w) {
+  detail::validate(w, "frugal::quant::dequantize");
+  detail::check_index_shape(w.rows, w.cols, "frugal::quant::dequantize");
   row_matrix out(static_cast<Eigen::Index>(w.rows), static_cast<Eigen::Index>(w.cols));
   for (std::size_t n = 0; n < w.rows; ++n)
     for (std::size_t k = 0; k < w.cols; ++k)

@@ -42,7 +42,9 @@ struct quantized_tensor {
   std::vector<std::int32_t> zero_points;
 
   /// @brief Bytes per stored row.
-  std::size_t row_bytes() const noexcept { return scheme.type == element_type::i4 ? (cols + 1) / 2 : cols; }
+  std::size_t row_bytes() const noexcept {
+    return scheme.type == element_type::i4 ? detail::half_up(cols) : cols;
+  }
   /// @brief The integer at (r, c).
   std::int32_t value(std::size_t r, std::size_t c) const noexcept {
     const std::uint8_t* row = data.data() + r * row_bytes();
@@ -747,10 +749,7 @@ inline std::size_t quantize_columns(const float* x, std::size_t cols, const quan
 
 inline void check_data_size(std::size_t size, std::size_t rows, std::size_t cols, const char* who) {
   // rows * cols may wrap (2^32 x 2^32 is 0), which would let an empty span pass for a huge shape.
-  if (cols != 0 && rows > std::numeric_limits<std::size_t>::max() / cols)
-    throw std::invalid_argument(std::string(who) + ": rows * cols = " + std::to_string(rows) + " * " +
-                                std::to_string(cols) + " overflows size_t");
-  if (size != rows * cols)
+  if (size != checked_mul(rows, cols, who, "rows * cols"))
     throw std::invalid_argument(std::string(who) + ": data has " + std::to_string(size) +
                                 " elements, not rows * cols = " + std::to_string(rows) + " * " +
                                 std::to_string(cols));
@@ -774,8 +773,15 @@ void for_each_run(const scheme& s, std::size_t rows, std::size_t cols, F&& f) {
 /// @brief The scale and zero point for the real range [lo, hi], widened to include 0 (gemmlowp).
 /// Symmetric: scale = max(|lo|, |hi|) / ((qmax - qmin) / 2) (absmax/127 for narrow i8), fixed zero point.
 /// Asymmetric: scale = (hi - lo) / (qmax - qmin), zero_point = qmin - round(lo / scale), clamped.
-/// A range of zero width gets scale 1 so that zero stays exact.
-inline std::pair<float, std::int32_t> params_from_range(float lo, float hi, const scheme& s) noexcept {
+/// A range of zero width gets scale 1 so that zero stays exact; so does the empty range lo = +Inf,
+/// hi = -Inf (what a min-max over no finite value holds), which widens to [0, 0].
+/// NaN in either bound, lo = -Inf or hi = +Inf (a range no finite scale covers) is std::invalid_argument:
+/// such a range used to give scale 1 silently, and a zero point cast from an infinite value.
+inline std::pair<float, std::int32_t> params_from_range(float lo, float hi, const scheme& s) {
+  if (std::isnan(lo) || std::isnan(hi) || lo == -std::numeric_limits<float>::infinity() ||
+      hi == std::numeric_limits<float>::infinity())
+    throw std::invalid_argument("frugal::quant::params_from_range: the range [" + std::to_string(lo) + ", " +
+                                std::to_string(hi) + "] is NaN or infinite; no finite scale covers it");
   lo = std::min(lo, 0.0f);
   hi = std::max(hi, 0.0f);
   const auto qlo = qmin(s), qhi = qmax(s);
@@ -960,19 +966,27 @@ inline quantized_tensor quantize(std::span<const float> data, std::size_t rows, 
   return q;
 }
 
+namespace detail {
+// A quantized_tensor is a plain aggregate (it may come from disk): check it against its own shape.
+inline void validate(const quantized_tensor& q, const char* who) {
+  validate(q.scheme, q.rows, q.cols, who);
+  checked_mul(q.rows, q.cols, who, "rows * cols");
+  const std::size_t need = checked_mul(q.rows, q.row_bytes(), who, "rows * row_bytes()");
+  if (q.data.size() != need)
+    throw std::invalid_argument(std::string(who) + ": data has " + std::to_string(q.data.size()) +
+                                " bytes, the shape needs rows * row_bytes() = " + std::to_string(need));
+  validate_params(quant_params{q.scales, q.zero_points}, q.scheme, q.rows, q.cols, who);
+}
+}  // namespace detail
+
 /// @brief Dequantizes into `out` (rows * cols floats): ONNX DequantizeLinear, (q - zero_point) * scale.
+/// Every field of `q` is checked against its shape first (std::invalid_argument naming the field).
 inline void dequantize(const quantized_tensor& q, std::span<float> out,
                        simd_path path = simd_path::automatic) {
   constexpr const char* who = "frugal::quant::dequantize";
+  detail::validate(q, who);
   detail::check_data_size(out.size(), q.rows, q.cols, who);
   const scheme& s = q.scheme;
-  // A quantized_tensor is a plain aggregate (it may come from disk): check it against its own shape.
-  validate(s, q.rows, q.cols, who);
-  if (q.data.size() != q.rows * q.row_bytes())
-    throw std::invalid_argument(
-        std::string(who) + ": data has " + std::to_string(q.data.size()) +
-        " bytes, the shape needs rows * row_bytes() = " + std::to_string(q.rows * q.row_bytes()));
-  validate_params(quant_params{q.scales, q.zero_points}, s, q.rows, q.cols, who);
   const auto lv = detail::resolve_float_level(path, who);
   if (s.type == element_type::i4 || (s.granularity == granularity::per_channel && s.axis == 1)) {
     for (std::size_t r = 0; r < q.rows; ++r)
@@ -989,6 +1003,8 @@ inline void dequantize(const quantized_tensor& q, std::span<float> out,
 
 /// @brief Dequantizes into a new rows x cols matrix.
 inline row_matrix dequantize(const quantized_tensor& q) {
+  detail::validate(q, "frugal::quant::dequantize");  // before the shape sizes an allocation
+  detail::check_index_shape(q.rows, q.cols, "frugal::quant::dequantize");
   row_matrix out(static_cast<Eigen::Index>(q.rows), static_cast<Eigen::Index>(q.cols));
   dequantize(q, std::span<float>(out.data(), q.rows * q.cols));
   return out;

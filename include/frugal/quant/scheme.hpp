@@ -6,6 +6,7 @@
 #include <string>
 
 #include "frugal/config.hpp"
+#include "frugal/quant/detail/checked.hpp"
 #include "frugal/quant/types.hpp"
 
 FRUGAL_BEGIN_NAMESPACE
@@ -77,11 +78,22 @@ inline constexpr std::int32_t symmetric_zero_point(const scheme& s) noexcept {
   return s.type == element_type::u8 ? 128 : 0;
 }
 
-/// @brief Throws std::invalid_argument if the scheme cannot quantize a rows x cols tensor.
+/// @brief Throws std::invalid_argument, naming the field, if the scheme cannot quantize a rows x cols
+/// tensor: an enum outside its values, an axis other than 0 or 1, a group size <= 0 or not dividing cols.
 inline void validate(const scheme& s, std::size_t rows, std::size_t cols, const char* who) {
   const std::string w(who);
   if (s.type != element_type::i8 && s.type != element_type::u8 && s.type != element_type::i4)
     throw std::invalid_argument(w + ": scheme.type must be i8, u8 or i4, not " + to_string(s.type));
+  if (s.granularity != granularity::per_tensor && s.granularity != granularity::per_channel &&
+      s.granularity != granularity::per_group)
+    throw std::invalid_argument(w + ": scheme.granularity " +
+                                std::to_string(static_cast<int>(s.granularity)) + " is not a granularity");
+  if (s.rounding != rounding_mode::half_to_even && s.rounding != rounding_mode::half_away_from_zero)
+    throw std::invalid_argument(w + ": scheme.rounding " + std::to_string(static_cast<int>(s.rounding)) +
+                                " is not a rounding_mode");
+  if (s.nonfinite != nonfinite_policy::error && s.nonfinite != nonfinite_policy::saturate)
+    throw std::invalid_argument(w + ": scheme.nonfinite " + std::to_string(static_cast<int>(s.nonfinite)) +
+                                " is not a nonfinite_policy");
   if (s.granularity == granularity::per_channel && s.axis != 0 && s.axis != 1)
     throw std::invalid_argument(w + ": scheme.axis must be 0 or 1, not " + std::to_string(s.axis));
   if (s.granularity == granularity::per_group) {

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <limits>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -18,6 +19,7 @@ namespace quant {
 /// @brief SmoothQuant's per-input-channel factors s_j = max|X_j|^alpha / max|W_j|^(1 - alpha).
 /// `act_absmax` has K entries (max |X[:, j]| from calibration), `w` is N x K (output x input channels),
 /// so max|W_j| is over column j. A channel whose activation or weight maximum is 0 gets s_j = 1.
+/// NaN or Inf in `act_absmax` or `w`, and a factor beyond FLT_MAX, are std::invalid_argument.
 inline std::vector<float> smoothing_factors(std::span<const float> act_absmax,
                                             const Eigen::Ref<const row_matrix>& w, float alpha = 0.5f) {
   constexpr const char* who = "frugal::quant::smoothing_factors";
@@ -32,28 +34,43 @@ inline std::vector<float> smoothing_factors(std::span<const float> act_absmax,
     if (!(a >= 0.0f) || !std::isfinite(a))
       throw std::invalid_argument(std::string(who) + ": act_absmax[" + std::to_string(j) +
                                   "] = " + std::to_string(a) + " must be finite and >= 0");
-    const float wmax = w.rows() ? w.col(static_cast<Eigen::Index>(j)).cwiseAbs().maxCoeff() : 0.0f;
+    const auto col = w.col(static_cast<Eigen::Index>(j));
+    if (!col.allFinite())
+      throw std::invalid_argument(std::string(who) + ": w column " + std::to_string(j) + " holds NaN or Inf");
+    const float wmax = w.rows() ? col.cwiseAbs().maxCoeff() : 0.0f;
     if (a == 0.0f || wmax == 0.0f) continue;
     const double f =
         std::pow(static_cast<double>(a), alpha) / std::pow(static_cast<double>(wmax), 1.0 - alpha);
-    if (f > 0 && std::isfinite(f)) s[j] = static_cast<float>(f);
+    if (!(f <= static_cast<double>(std::numeric_limits<float>::max())))  // the cast would be UB
+      throw std::invalid_argument(std::string(who) + ": the factor of channel " + std::to_string(j) + " (" +
+                                  std::to_string(f) + ") overflows fp32");
+    if (f > 0) s[j] = static_cast<float>(f);
   }
   return s;
 }
 
-/// @brief W[:, j] *= s_j in place (W is N x K).
+namespace detail {
+inline void check_factors(std::span<const float> s, Eigen::Index k, const char* who) {
+  if (s.size() != static_cast<std::size_t>(k))
+    throw std::invalid_argument(std::string(who) + ": s has " + std::to_string(s.size()) +
+                                " entries, not K = " + std::to_string(k));
+  for (std::size_t j = 0; j < s.size(); ++j)
+    if (!(s[j] > 0.0f) || !std::isfinite(s[j]))
+      throw std::invalid_argument(std::string(who) + ": s[" + std::to_string(j) +
+                                  "] = " + std::to_string(s[j]) + " must be finite and > 0");
+}
+}  // namespace detail
+
+/// @brief W[:, j] *= s_j in place (W is N x K). Every s_j must be finite and > 0.
 inline void smooth_weights(Eigen::Ref<row_matrix> w, std::span<const float> s) {
-  if (s.size() != static_cast<std::size_t>(w.cols()))
-    throw std::invalid_argument("frugal::quant::smooth_weights: s has " + std::to_string(s.size()) +
-                                " entries, not K = " + std::to_string(w.cols()));
+  detail::check_factors(s, w.cols(), "frugal::quant::smooth_weights");
   for (Eigen::Index j = 0; j < w.cols(); ++j) w.col(j) *= s[static_cast<std::size_t>(j)];
 }
 
-/// @brief X[:, j] /= s_j in place (X is M x K): with smooth_weights, X W^T is unchanged.
+/// @brief X[:, j] /= s_j in place (X is M x K): with smooth_weights, X W^T is unchanged. Every s_j must
+/// be finite and > 0 (a zero divided by it).
 inline void smooth_activations(Eigen::Ref<row_matrix> x, std::span<const float> s) {
-  if (s.size() != static_cast<std::size_t>(x.cols()))
-    throw std::invalid_argument("frugal::quant::smooth_activations: s has " + std::to_string(s.size()) +
-                                " entries, not K = " + std::to_string(x.cols()));
+  detail::check_factors(s, x.cols(), "frugal::quant::smooth_activations");
   for (Eigen::Index j = 0; j < x.cols(); ++j) x.col(j) /= s[static_cast<std::size_t>(j)];
 }
 
