@@ -8,10 +8,12 @@ onnxruntime in fp32 and in its dynamic int8 quantization.
         checks the fp32 graph against the fixture's sentence-transformers embeddings (cosine >= 0.9999)
         and writes DIR/ort_build.json
     peer_onnxruntime.py run --model DIR --onnx FILE --input FILE --output FILE --threads N [--batch 32]
-        [--reps 5] [--json FILE]
+        [--reps 3] [--order length|input] [--json FILE]
         embeds one sentence per input line (the same input and output format as frugal_embed), timing a
-        warm-up pass and then --reps passes over all lines (tokenization included); prints and writes
-        a JSON of sentences/s (median and best), padding fraction, weight MB and peak RSS
+        warm-up pass and then --reps passes over all lines (tokenization included); batches are padded
+        to their longest sentence, and formed longest-first as sentence-transformers does (--order
+        length) or in input order; prints and writes a JSON of sentences/s (best and median), padding
+        fraction, weight MB and peak RSS
 
 Benchmark-only: needs onnx, onnxruntime, numpy and tokenizers (pip, see benchmarks/models/README.md).
 """
@@ -194,11 +196,21 @@ def session(path, threads):
     return ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
 
 
-def embed_all(sess, tok, lines, batch):
+def length_order(lines):
+    """sentence-transformers' encode() order: longest text (in characters) first, so that a batch holds
+    sentences of similar length and pads little."""
+    return sorted(range(len(lines)), key=lambda i: -len(lines[i]))
+
+
+def embed_all(sess, tok, lines, batch, order="input"):
+    idx = length_order(lines) if order == "length" else list(range(len(lines)))
     out = []
-    for ids, mask in batches(tok, lines, batch):
+    for ids, mask in batches(tok, [lines[i] for i in idx], batch):
         out.append(sess.run(["embedding"], {"input_ids": ids, "attention_mask": mask})[0])
-    return np.concatenate(out)
+    emb = np.concatenate(out)
+    res = np.empty_like(emb)
+    res[idx] = emb  # back to input order
+    return res
 
 
 def weight_bytes(path):
@@ -297,28 +309,31 @@ def cmd_run(a):
         lines.pop()
     tok = tokenizer_for(a.model)
     real = slots = 0
-    for ids, mask in batches(tok, lines, a.batch):
+    idx = length_order(lines) if a.order == "length" else list(range(len(lines)))
+    for ids, mask in batches(tok, [lines[i] for i in idx], a.batch):
         real += int(mask.sum())
         slots += mask.size
     sess = session(a.onnx, a.threads)
-    emb = embed_all(sess, tok, lines, a.batch)  # warm-up, and the embeddings written
+    emb = embed_all(sess, tok, lines, a.batch, a.order)  # warm-up, and the embeddings written
     times = []
     for _ in range(a.reps):
         t0 = time.perf_counter()
-        embed_all(sess, tok, lines, a.batch)
+        embed_all(sess, tok, lines, a.batch, a.order)
         times.append(time.perf_counter() - t0)
+    peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # before onnx.load below
     with open(a.output, "w") as f:
         for e in emb:
             f.write("[" + ",".join(f"{v:.7g}" for v in e) + "]\n")
     lin, other = weight_bytes(a.onnx)
-    res = {"onnx": os.path.basename(a.onnx), "threads": a.threads, "batch": a.batch, "sentences": len(lines),
+    res = {"onnx": os.path.basename(a.onnx), "order": a.order, "threads": a.threads, "batch": a.batch,
+           "sentences": len(lines),
            "tokens": real, "padded_slots": slots, "padding_fraction": 1 - real / slots, "reps": a.reps,
            "seconds": times, "sentences_per_s_median": len(lines) / statistics.median(times),
            "sentences_per_s_best": len(lines) / min(times), "linear_MB": lin / 1e6, "other_MB": other / 1e6,
-           "peak_rss_MB": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0}
-    print(f"peer: {res['onnx']}, {len(lines)} sentences, batch {a.batch}, {a.threads} threads: "
-          f"{res['sentences_per_s_median']:.1f} sentences/s (median of {a.reps}, best "
-          f"{res['sentences_per_s_best']:.1f}); padding {res['padding_fraction']:.1%} of {slots} slots; "
+           "peak_rss_MB": peak_rss}
+    print(f"peer: {res['onnx']}, {len(lines)} sentences in {a.order} order, batch {a.batch}, {a.threads} threads: "
+          f"{res['sentences_per_s_best']:.1f} sentences/s (best of {a.reps}, median "
+          f"{res['sentences_per_s_median']:.1f}); padding {res['padding_fraction']:.1%} of {slots} slots; "
           f"linear weights {res['linear_MB']:.2f} MB; peak RSS {res['peak_rss_MB']:.1f} MB", file=sys.stderr)
     if a.json:
         with open(a.json, "w") as f:
@@ -339,7 +354,9 @@ def main():
     r.add_argument("--output", required=True)
     r.add_argument("--threads", type=int, default=1)
     r.add_argument("--batch", type=int, default=32)
-    r.add_argument("--reps", type=int, default=5)
+    r.add_argument("--reps", type=int, default=3)
+    r.add_argument("--order", choices=["length", "input"], default="length",
+                   help="batch sentences longest first, as sentence-transformers does (default), or in input order")
     r.add_argument("--json")
     a = ap.parse_args()
     cmd_build(a) if a.cmd == "build" else cmd_run(a)
