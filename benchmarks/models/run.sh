@@ -51,6 +51,7 @@ done
 rm -rf "$work"
 mkdir -p "$work"
 load_start=$(cut -d' ' -f1-3 /proc/loadavg)
+echo "$load_start" >"$work/loadavg_start"
 date -u +%Y-%m-%dT%H:%M:%SZ >"$work/started"
 
 # The sentences: the fixture's texts, one per line. One fixture line is whitespace only and holds '\n'
@@ -92,6 +93,7 @@ for p in fp32 int8; do
   fi
 done
 load_end=$(cut -d' ' -f1-3 /proc/loadavg)
+echo "$load_end" >"$work/loadavg_end"
 
 cpu_model=$(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -1)
 flags=$(grep -m1 '^flags' /proc/cpuinfo | cut -d: -f2-)
