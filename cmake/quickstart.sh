@@ -57,8 +57,11 @@ case "${1:-}" in
     exec "./build/release/examples/$DEMO_PATH" "$@"
     ;;
   test)
-    # clang and its runtime for the libFuzzer stage, prometheus for promtool (the Prometheus export check).
-    need_packages clang libclang-rt-14-dev prometheus libutf8proc-dev python3-pip fortunes libhiredis-dev redis-server
+    # clang and its runtime for the libFuzzer stage; prometheus (and promtool) for the export check, the
+    # server's scrape test and its alert rules; cpp-httplib and wrk for the example server and its load test;
+    # hiredis and redis-server for the Redis tier; hnswlib for the semantic cache.
+    need_packages clang libclang-rt-14-dev prometheus libutf8proc-dev python3-pip fortunes libhiredis-dev redis-server \
+      libcpp-httplib-dev wrk libhnswlib-dev
     fetch_model
     start=$(date +%s)
     stage() {

@@ -598,7 +598,8 @@ TEST_CASE("ledger hardening: a duration beyond max_record_duration is refused an
   CHECK(last == 50 * static_cast<std::uint64_t>(fc::max_record_duration.count()));
 }
 
-TEST_CASE("ledger hardening: coordinated-omission correction is bounded by the histogram, not latency/interval") {
+TEST_CASE(
+    "ledger hardening: coordinated-omission correction is bounded by the histogram, not latency/interval") {
   auto o = one_device();
   o.expected_interval = 1ns;
   fc::ledger<> l(o);
@@ -631,7 +632,8 @@ TEST_CASE("ledger hardening: NaN and infinite thresholds are refused, naming the
     CHECK_THROWS_WITH_AS(fc::ledger<>{o}, doctest::Contains("alerts.utilization_low"), std::invalid_argument);
     o = one_device();
     o.alerts.utilization_high = v;
-    CHECK_THROWS_WITH_AS(fc::ledger<>{o}, doctest::Contains("alerts.utilization_high"), std::invalid_argument);
+    CHECK_THROWS_WITH_AS(fc::ledger<>{o}, doctest::Contains("alerts.utilization_high"),
+                         std::invalid_argument);
     o = one_device();
     o.alerts.memory_high = v;
     CHECK_THROWS_WITH_AS(fc::ledger<>{o}, doctest::Contains("alerts.memory_high"), std::invalid_argument);
@@ -649,9 +651,9 @@ TEST_CASE("ledger hardening: NaN and infinite thresholds are refused, naming the
 TEST_CASE("ledger hardening: tags and device names that are not printable UTF-8 are refused") {
   fc::ledger<> l(one_device());
   CHECK_THROWS_WITH_AS(l.tag("bad\xff"), doctest::Contains("UTF-8"), std::invalid_argument);
-  CHECK_THROWS_AS(l.tag("\xc0\xaf"), std::invalid_argument);       // overlong '/'
-  CHECK_THROWS_AS(l.tag("\xed\xa0\x80"), std::invalid_argument);   // a surrogate
-  CHECK_THROWS_AS(l.tag("cut\xe2\x82"), std::invalid_argument);    // truncated
+  CHECK_THROWS_AS(l.tag("\xc0\xaf"), std::invalid_argument);      // overlong '/'
+  CHECK_THROWS_AS(l.tag("\xed\xa0\x80"), std::invalid_argument);  // a surrogate
+  CHECK_THROWS_AS(l.tag("cut\xe2\x82"), std::invalid_argument);   // truncated
   CHECK_THROWS_AS(l.tag("line\nbreak"), std::invalid_argument);
   CHECK(l.tag("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80").value == 0);
   auto o = one_device();
@@ -659,4 +661,29 @@ TEST_CASE("ledger hardening: tags and device names that are not printable UTF-8 
   CHECK_THROWS_WITH_AS(fc::ledger<>{o}, doctest::Contains("devices[0]"), std::invalid_argument);
   const std::string json = fc::to_json(l.snapshot());
   CHECK(json.find("caf\xc3\xa9") != std::string::npos);
+}
+
+TEST_CASE("exports: the shared tier's hits, their latency and its faults reach Prometheus and JSON") {
+  frugal::manual_clock clock;
+  fc::ledger<frugal::manual_clock> ledger(scenario_options(), clock);
+  const auto t = ledger.tag("rag");
+  ledger.record_remote_hit(t, 2ms);
+  ledger.record_remote_hit(t, 3ms);
+  ledger.record_remote_fault(t);
+  clock.advance(1s);
+  const auto s = ledger.snapshot();
+  const std::string p = fc::to_prometheus(s);
+  CHECK(p.find("# TYPE frugal_remote_hits_total counter") != std::string::npos);
+  CHECK(p.find("frugal_remote_hits_total{feature=\"rag\"} 2") != std::string::npos);
+  CHECK(p.find("frugal_remote_hit_seconds_total{feature=\"rag\"} 0.005") != std::string::npos);
+  CHECK(p.find("frugal_remote_faults_total{feature=\"rag\"} 1") != std::string::npos);
+  CHECK(p.find("frugal_cache_hits_total{feature=\"rag\"} 2") !=
+        std::string::npos);  // remote hits are cache hits
+  const std::string j = fc::to_json(s);
+  CHECK(j.find("\"remote_hits\":2,") != std::string::npos);
+  CHECK(j.find("\"remote_faults\":1") != std::string::npos);
+#ifdef FRUGAL_TEST_HAS_NLOHMANN_JSON
+  const auto doc = nlohmann::json::parse(j);
+  CHECK(doc["features"][0]["remote_hit_seconds"].get<double>() == doctest::Approx(0.005));
+#endif
 }

@@ -167,6 +167,18 @@ inline std::string to_prometheus(const ledger_snapshot& s) {
   for (const auto& t : s.tags) w.sample("frugal_cache_hits_total", feature(t), std::to_string(t.cache_hits));
   w.family("frugal_cache_hit_ratio", "gauge", "Cache hits over requests, by feature.");
   for (const auto& t : s.tags) w.sample("frugal_cache_hit_ratio", feature(t), num(t.cache_hit_ratio));
+  w.family("frugal_remote_hits_total", "counter",
+           "Of the cache hits, those a shared tier (Redis) served, by feature.");
+  for (const auto& t : s.tags)
+    w.sample("frugal_remote_hits_total", feature(t), std::to_string(t.remote_hits));
+  w.family("frugal_remote_hit_seconds_total", "counter",
+           "Summed latency of the shared tier's hits, by feature.");
+  for (const auto& t : s.tags)
+    w.sample("frugal_remote_hit_seconds_total", feature(t), seconds(t.remote_latency));
+  w.family("frugal_remote_faults_total", "counter",
+           "Shared-tier faults that fell back to the model, by feature.");
+  for (const auto& t : s.tags)
+    w.sample("frugal_remote_faults_total", feature(t), std::to_string(t.remote_faults));
   w.family("frugal_cache_saved_seconds", "gauge", "GPU time the cache saved (estimated), by feature.");
   for (const auto& t : s.tags)
     w.sample("frugal_cache_saved_seconds", feature(t), seconds(t.cache_saved_time));
@@ -256,12 +268,17 @@ inline std::string to_json(const ledger_snapshot& s) {
          ",\"tokens_in\":" + std::to_string(t.tokens_in) + ",\"tokens_out\":" + std::to_string(t.tokens_out) +
          ",\"busy_seconds\":" + sec(t.busy) + ",\"busy_cost\":" + m(t.busy_cost) +
          ",\"idle_share\":" + m(t.idle_share) + ",\"cost\":" + m(t.cost) +
-         ",\"cost_per_request\":" + m(t.cost_per_request) + ",\"mean_batch_size\":" + detail::json_num(t.mean_batch_size) +
+         ",\"cost_per_request\":" + m(t.cost_per_request) +
+         ",\"mean_batch_size\":" + detail::json_num(t.mean_batch_size) +
          ",\"fill\":" + detail::json_num(t.fill) + ",\"cache_hits\":" + std::to_string(t.cache_hits) +
          ",\"cache_hit_ratio\":" + detail::json_num(t.cache_hit_ratio) +
+         ",\"remote_hits\":" + std::to_string(t.remote_hits) + ",\"remote_hit_seconds\":" +
+         detail::json_num(std::chrono::duration<double>(t.remote_latency).count()) +
+         ",\"remote_faults\":" + std::to_string(t.remote_faults) +
          ",\"cache_saved_seconds\":" + sec(t.cache_saved_time) + ",\"cache_saved\":" + m(t.cache_saved) +
          ",\"batch_model\":{\"valid\":" + (t.model.valid ? "true" : "false") +
-         ",\"a_seconds\":" + detail::json_num(t.model.a_ns / 1e9) + ",\"b_seconds\":" + detail::json_num(t.model.b_ns / 1e9) +
+         ",\"a_seconds\":" + detail::json_num(t.model.a_ns / 1e9) +
+         ",\"b_seconds\":" + detail::json_num(t.model.b_ns / 1e9) +
          "},\"batching_saved_seconds\":" + sec(t.batching_saved_time) +
          ",\"batching_saved\":" + m(t.batching_saved) +
          ",\"latency_seconds\":{\"p50\":" + sec(t.latency.p50) + ",\"p90\":" + sec(t.latency.p90) +
