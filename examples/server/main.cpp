@@ -4,6 +4,8 @@
 //                 [--calibration FILE] [--max-batch N] [--max-batch-tokens N] [--window-ms X]
 //                 [--max-queued N] [--max-body-bytes N] [--cache-entries N] [--http-threads N]
 //                 [--model-threads N] [--token-file FILE] [--export-dir DIR] [--hourly-usd X]
+//                 [--redis HOST:PORT]  (a shared result tier for replicas; password from
+//                 FRUGAL_REDIS_PASSWORD)
 //
 // The bearer token is read from --token-file or the environment variable FRUGAL_SERVER_TOKEN, never
 // from the command line (it would show in ps) and never logged. SIGTERM or SIGINT stops accepting,
@@ -101,7 +103,13 @@ int main(int argc, char** argv) {
         o.request_timeout_s = static_cast<double>(count_of(a, value(), 1, 3600));
       else if (a == "--export-dir")
         o.export_dir = value();
-      else if (a == "--hourly-usd")
+      else if (a == "--redis") {
+        o.redis = value();
+        const auto colon = o.redis.rfind(':');
+        if (colon == std::string::npos || colon == 0)
+          throw std::invalid_argument("--redis must be HOST:PORT, not \"" + o.redis + "\"");
+        (void)count_of("--redis's port", o.redis.substr(colon + 1), 1, 65535);
+      } else if (a == "--hourly-usd")
         o.hourly_usd = value();
       else if (a == "--token-file") {
         const std::string path = value();

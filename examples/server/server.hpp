@@ -27,6 +27,9 @@
 #include <nlohmann/json.hpp>
 
 #include "bert.hpp"
+#if FRUGAL_SERVER_WITH_REDIS
+#  include <frugal/redis.hpp>
+#endif
 
 // After Eigen: httplib pulls in OpenSSL's headers, whose macros break Eigen's if they come first.
 #include <httplib.h>
@@ -59,6 +62,8 @@ struct options {
   double request_timeout_s = 30;
   int io_timeout_s = 5;    ///< read/write timeouts: slow clients are cut off
   std::string export_dir;  ///< where SIGTERM flushes the ledger's exports (empty: not written)
+  std::string
+      redis;  ///< HOST:PORT of a shared result tier (empty: none); password from FRUGAL_REDIS_PASSWORD
   std::string gpu_name = "cpu";
   std::string hourly_usd = "0.50";
 };
@@ -115,9 +120,27 @@ class app {
                              .on_demand =
                                  frugal::cost::rate::per_hour(frugal::cost::money::parse(o.hourly_usd))}},
                  .devices = {{.gpu_class = o.gpu_name, .name = "cpu0"}}}) {
-    if (o.cache_entries)
-      cache_.emplace(frugal::lru_cache<std::vector<float>>::options{.max_entries = o.cache_entries});
     default_tag_ = ledger_.tag("default");
+    if (!o.redis.empty()) {
+#if FRUGAL_SERVER_WITH_REDIS
+      // The shared tier: its own LRU in front, then Redis; its hits are recorded in the ledger under
+      // "default" (the tier has one tag), as remote hits with their latency.
+      const auto colon = o.redis.rfind(':');
+      frugal::redis_options ro{
+          .host = o.redis.substr(0, colon), .model = o.model_name, .version = o.precision};
+      ro.port = std::atoi(o.redis.c_str() + colon + 1);
+      if (std::getenv("FRUGAL_REDIS_PASSWORD")) ro.auth = frugal::redis_auth::from_env();
+      tier_ = std::make_unique<tier_type>(
+          tier_type::options{.redis = ro,
+                             .local = {.max_entries = std::max<std::size_t>(o.cache_entries, 1)},
+                             .ledger = &ledger_,
+                             .tag = default_tag_});
+#else
+      throw std::invalid_argument("--redis: this build has no Redis tier (libhiredis-dev was not found)");
+#endif
+    } else if (o.cache_entries) {
+      cache_.emplace(frugal::lru_cache<std::vector<float>>::options{.max_entries = o.cache_entries});
+    }
   }
 
   /// @brief Loads the model and warms it up; /readyz answers 200 from then on.
@@ -219,6 +242,25 @@ class app {
     if (!f) throw std::runtime_error("cannot write " + path);
   }
 
+  embedding lookup(const frugal::key128& key, frugal::cost::tag_id tag) {
+#if FRUGAL_SERVER_WITH_REDIS
+    if (tier_) return tier_->get(key);  // records its own hits
+#endif
+    if (!cache_) return nullptr;
+    auto hit = cache_->get(key);
+    if (hit) ledger_.record_cache_hit(tag);
+    return hit;
+  }
+  void store(const frugal::key128& key, const embedding& e) {
+#if FRUGAL_SERVER_WITH_REDIS
+    if (tier_) {
+      tier_->put(key, *e);
+      return;
+    }
+#endif
+    if (cache_) cache_->put(key, e);
+  }
+
   bool authorized(const httplib::Request& req, httplib::Response& res) const {
     if (opt_.token.empty()) return true;
     const std::string h = req.get_header_value("Authorization");
@@ -308,12 +350,9 @@ class app {
       p->ids[i] = model_->tokenize(texts[i]);
       tokens += p->ids[i].size();
       const frugal::key128 key = frugal::hash_key(opt_.model_name, std::string_view(texts[i]));
-      if (cache_) {
-        if (auto hit = cache_->get(key)) {
-          p->out[i] = std::move(hit);
-          ledger_.record_cache_hit(tag);
-          continue;
-        }
+      if (auto hit = lookup(key, tag)) {
+        p->out[i] = std::move(hit);
+        continue;
       }
       misses.push_back(i);
     }
@@ -392,7 +431,7 @@ class app {
         std::uint64_t total = 0;
         for (std::size_t i = 0; i < out.size(); ++i) {
           results.push_back(std::make_shared<const std::vector<float>>(std::move(out[i])));
-          if (cache_) cache_->put(reqs[i].key, results.back());
+          store(reqs[i].key, results.back());
           auto& t = per_tag[reqs[i].tag.value];
           t.first += ids[i].size();
           ++t.second;
@@ -453,6 +492,23 @@ class app {
     add("frugal_batcher_queue_limit", "gauge", "The queue's limit (max_queued).",
         static_cast<double>(opt_.max_queued));
     add("frugal_batcher_mean_batch_size", "gauge", "Mean inputs per model call.", b.mean_batch_size);
+#if FRUGAL_SERVER_WITH_REDIS
+    if (tier_) {
+      const auto t = tier_->stats();
+      add("frugal_redis_hits_total", "counter", "Lookups the shared tier answered from Redis.",
+          static_cast<double>(t.redis_hits));
+      add("frugal_redis_local_hits_total", "counter", "Lookups the shared tier's LRU answered.",
+          static_cast<double>(t.local_hits));
+      add("frugal_redis_misses_total", "counter", "Lookups neither tier answered.",
+          static_cast<double>(t.misses));
+      add("frugal_redis_fallbacks_total", "counter",
+          "Lookups that could not ask Redis (a fault, the breaker open).", static_cast<double>(t.fallbacks));
+      add("frugal_redis_round_trips_total", "counter", "Redis round trips.",
+          static_cast<double>(t.redis.round_trips));
+      add("frugal_redis_breaker_open", "gauge", "1 while the circuit breaker skips Redis.",
+          t.redis.breaker == frugal::breaker_state::closed ? 0 : 1);
+    }
+#endif
     if (cache_) {
       const auto c = cache_->stats();
       add("frugal_result_cache_hits_total", "counter", "Result cache hits.", static_cast<double>(c.hits));
@@ -483,6 +539,10 @@ class app {
   frugal::batcher<request, embedding> batcher_;
   frugal::cost::ledger<> ledger_;
   std::optional<frugal::lru_cache<std::vector<float>>> cache_;
+#if FRUGAL_SERVER_WITH_REDIS
+  using tier_type = frugal::redis_tier<std::vector<float>>;
+  std::unique_ptr<tier_type> tier_;
+#endif
   std::optional<bert::encoder> model_;
   frugal::cost::tag_id default_tag_{};
   std::atomic<bool> ready_{false}, draining_{false};

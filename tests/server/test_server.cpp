@@ -415,3 +415,49 @@ TEST_CASE("server: a short wrk run below capacity gets no non-2xx response") {
   CHECK(text.find("Socket errors") == std::string::npos);
   fs::remove_all(dir);
 }
+
+TEST_CASE(
+    "server: two replicas share results through a real Redis, and a dead Redis is a miss, not an error") {
+  if (!have_model()) return;
+  if (!fs::exists(FRUGAL_REDIS_SERVER) || !FRUGAL_SERVER_HAS_REDIS) {
+    MESSAGE("server: no redis-server or a build without hiredis, skipped");
+    return;
+  }
+  const int rport = free_port();
+  auto redis = std::make_unique<child>(std::vector<std::string>{FRUGAL_REDIS_SERVER, "--port",
+                                                                std::to_string(rport), "--bind", "127.0.0.1",
+                                                                "--save", "", "--appendonly", "no"});
+  const std::string addr = "127.0.0.1:" + std::to_string(rport);
+  server_proc a({"--redis", addr}), b({"--redis", addr});
+  auto ca = a.client(), cb = b.client();
+  // Redis answers PING once it is up; the first request may race its start, so wait for it.
+  for (int k = 0; k < 100; ++k) {
+    const int s = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons(static_cast<std::uint16_t>(rport));
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    const bool up = ::connect(s, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0;
+    ::close(s);
+    if (up) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  auto r1 = ca.Post("/v1/embeddings", body("computed once, served twice"), "application/json");
+  REQUIRE(r1->status == 200);
+  auto r2 = cb.Post("/v1/embeddings", body("computed once, served twice"), "application/json");
+  REQUIRE(r2->status == 200);
+  CHECK(json::parse(r1->body)["data"][0]["embedding"] == json::parse(r2->body)["data"][0]["embedding"]);
+  const std::string mb = cb.Get("/metrics")->body;
+  CHECK(metric(mb, "frugal_redis_hits_total") == 1);
+  CHECK(metric(mb, "frugal_batcher_submitted_total") == 0);  // replica B never called its model
+  CHECK(metric(mb, "frugal_remote_hits_total{feature=\"default\"}") == 1);
+  CHECK(metric(ca.Get("/metrics")->body, "frugal_batcher_submitted_total") == 1);
+  // Redis dies: lookups fall back to the model after the command timeout; callers never see it.
+  redis.reset();
+  auto r3 = ca.Post("/v1/embeddings", body("redis is gone"), "application/json");
+  REQUIRE(r3);
+  CHECK(r3->status == 200);
+  const std::string ma = ca.Get("/metrics")->body;
+  CHECK(metric(ma, "frugal_redis_fallbacks_total") >= 1);
+  CHECK(metric(ma, "frugal_remote_faults_total{feature=\"default\"}") >= 1);
+}
