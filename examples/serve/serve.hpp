@@ -15,7 +15,6 @@
 #include <functional>
 #include <limits>
 #include <map>
-#include <type_traits>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -24,6 +23,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include <frugal/frugal.hpp>
@@ -37,9 +37,11 @@ using clock = std::chrono::steady_clock;
 using nlohmann::json;
 
 struct phase {
-  std::string kind;  // "closed": `clients` in a loop; "poisson": open arrivals at `rate`/s; "idle": nothing for `ms`
+  std::string
+      kind;  // "closed": `clients` in a loop; "poisson": open arrivals at `rate`/s; "idle": nothing for `ms`
   int clients = 0;
-  int requests = 0;    // closed or poisson: this many requests (closed: at most this many when `seconds` is set)
+  int requests =
+      0;  // closed or poisson: this many requests (closed: at most this many when `seconds` is set)
   double seconds = 0;  // closed: issue requests for this long, so every step pays for the same saturated time
   double rate = 0;
   double ms = 0;
@@ -116,18 +118,21 @@ void read(const json& v, const std::string& key, T& out) {
     std::int64_t i = 0;
     if (v.is_number_float()) {
       const double d = v.get<double>();
-      if (!(std::abs(d) < 9007199254740992.0) || d != std::floor(d)) bad_field(key, "must be an integer in range");
+      if (!(std::abs(d) < 9007199254740992.0) || d != std::floor(d))
+        bad_field(key, "must be an integer in range");
       i = static_cast<std::int64_t>(d);
     } else if (v.is_number_unsigned()) {
       const auto u = v.get<std::uint64_t>();
-      if (u > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) bad_field(key, "is out of range");
+      if (u > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))
+        bad_field(key, "is out of range");
       i = static_cast<std::int64_t>(u);
     } else {
       i = v.get<std::int64_t>();
     }
     if (i < 0 && std::is_unsigned_v<T>) bad_field(key, "must not be negative");
     if constexpr (std::is_signed_v<T>) {
-      if (i < static_cast<std::int64_t>(std::numeric_limits<T>::min()) || i > static_cast<std::int64_t>(std::numeric_limits<T>::max()))
+      if (i < static_cast<std::int64_t>(std::numeric_limits<T>::min()) ||
+          i > static_cast<std::int64_t>(std::numeric_limits<T>::max()))
         bad_field(key, "is out of range");
     } else if (static_cast<std::uint64_t>(i) > static_cast<std::uint64_t>(std::numeric_limits<T>::max())) {
       bad_field(key, "is out of range");
@@ -150,10 +155,14 @@ void read(const json& v, const std::string& key, T& out) {
 // A key that the demo does not read is an error, never silently ignored (a typo would otherwise run
 // the default).
 inline void check_keys(const json& o, const std::string& where, std::initializer_list<const char*> known) {
-  if (!o.is_object()) throw std::invalid_argument("config: " + (where.empty() ? std::string("the config") : where) + " must be an object");
-  for (const auto& [k, v] : o.items())
+  if (!o.is_object())
+    throw std::invalid_argument("config: " + (where.empty() ? std::string("the config") : where) +
+                                " must be an object");
+  for (auto it = o.begin(); it != o.end(); ++it) {  // not a structured binding: clang 14 cannot capture one
+    const std::string& k = it.key();
     if (std::none_of(known.begin(), known.end(), [&](const char* n) { return k == n; }))
       throw std::invalid_argument("config: unknown key \"" + (where.empty() ? k : where + "." + k) + "\"");
+  }
 }
 
 inline config parse_config(const json& j) {
@@ -161,13 +170,16 @@ inline config parse_config(const json& j) {
   auto get = [](const json& o, const char* key, auto& field) {
     if (o.is_object() && o.contains(key)) detail::read(o.at(key), key, field);
   };
-  check_keys(j, "", {"seed", "out_dir", "quiet", "device", "model", "gpu", "batcher", "cache", "traffic", "ladder"});
+  check_keys(j, "",
+             {"seed", "out_dir", "quiet", "device", "model", "gpu", "batcher", "cache", "traffic", "ladder"});
   if (j.contains("model"))
-    check_keys(j["model"], "model", {"kind", "name", "dims", "outlier_channels", "outlier_scale", "path", "calibration",
-                                     "calibration_sentences", "threads"});
+    check_keys(j["model"], "model",
+               {"kind", "name", "dims", "outlier_channels", "outlier_scale", "path", "calibration",
+                "calibration_sentences", "threads"});
   if (j.contains("gpu")) check_keys(j["gpu"], "gpu", {"name", "hourly_usd"});
   if (j.contains("batcher"))
-    check_keys(j["batcher"], "batcher", {"window_ms", "max_batch", "latency_target_ms", "max_queued", "max_batch_tokens"});
+    check_keys(j["batcher"], "batcher",
+               {"window_ms", "max_batch", "latency_target_ms", "max_queued", "max_batch_tokens"});
   if (j.contains("cache")) check_keys(j["cache"], "cache", {"max_entries", "max_bytes"});
   if (j.contains("traffic")) {
     check_keys(j["traffic"], "traffic", {"pool", "zipf_s", "accuracy_sample", "phases", "corpus"});
@@ -264,7 +276,8 @@ inline config parse_config(const json& j) {
   for (std::size_t i = 0; i < c.phases.size(); ++i) {
     const auto& p = c.phases[i];
     const std::string at = "traffic.phases[" + std::to_string(i) + "]";
-    if (p.requests > 10'000'000 || p.clients > 100'000) bad(at + ": at most 10M requests and 100k clients a phase");
+    if (p.requests > 10'000'000 || p.clients > 100'000)
+      bad(at + ": at most 10M requests and 100k clients a phase");
     if (p.requests < 0) bad(at + ".requests must be >= 0");
     if (p.kind == "closed") {
       if (p.clients <= 0 || (p.requests <= 0 && p.seconds <= 0))
@@ -282,25 +295,30 @@ inline config parse_config(const json& j) {
   for (std::size_t i = 0; i < c.ladder.size(); ++i) {
     const auto& s = c.ladder[i];
     if (c.model_kind == "mlp") (void)parse_precision(s.precision);
-    if (s.max_batch < 0 || s.max_batch > 65536) bad("ladder[" + std::to_string(i) + "].max_batch must be in 0..65536");
+    if (s.max_batch < 0 || s.max_batch > 65536)
+      bad("ladder[" + std::to_string(i) + "].max_batch must be in 0..65536");
     if (s.policy != "fixed" && s.policy != "adaptive")
       bad("ladder[" + std::to_string(i) + "].policy \"" + s.policy + "\" is not fixed or adaptive");
   }
-  if (c.model_kind != "mlp" && c.model_kind != "minilm") bad("model.kind \"" + c.model_kind + "\" is not mlp or minilm");
+  if (c.model_kind != "mlp" && c.model_kind != "minilm")
+    bad("model.kind \"" + c.model_kind + "\" is not mlp or minilm");
   if (c.model_kind == "minilm") {
     for (std::size_t i = 0; i < c.ladder.size(); ++i)
-      if (c.ladder[i].precision != "fp32" && c.ladder[i].precision != "int8" && c.ladder[i].precision != "fp16" &&
-          c.ladder[i].precision != "bf16" && c.ladder[i].precision != "int4")
+      if (c.ladder[i].precision != "fp32" && c.ladder[i].precision != "int8" &&
+          c.ladder[i].precision != "fp16" && c.ladder[i].precision != "bf16" &&
+          c.ladder[i].precision != "int4")
         bad("ladder[" + std::to_string(i) + "].precision \"" + c.ladder[i].precision +
             "\" is not one of minilm's fp32, fp16, bf16, int8, int4");
-    if (c.calibration_sentences <= 0 || c.calibration_sentences > 100000) bad("model.calibration_sentences must be in 1..100000");
+    if (c.calibration_sentences <= 0 || c.calibration_sentences > 100000)
+      bad("model.calibration_sentences must be in 1..100000");
     if (c.model_threads == 0 || c.model_threads > 256) bad("model.threads must be in 1..256");
     if (c.model_path.empty()) {
       const char* env = std::getenv("FRUGAL_MODEL_DIR");
       c.model_path = env && *env ? env : FRUGAL_SERVE_MODEL_DIR;
     }
   }
-  if (c.device != "auto" && c.device != "cpu" && c.device != "gpu") bad("device \"" + c.device + "\" is not auto, cpu or gpu");
+  if (c.device != "auto" && c.device != "cpu" && c.device != "gpu")
+    bad("device \"" + c.device + "\" is not auto, cpu or gpu");
   (void)frugal::cost::money::parse(c.gpu_hourly_usd);
   return c;
 }
@@ -336,17 +354,21 @@ struct planned_request {
 /// Zipf-distributed draws over the pool; the popular inputs are spread over it by a seeded permutation.
 class zipf_inputs {
  public:
-  explicit zipf_inputs(const config& c) : cdf_(static_cast<std::size_t>(c.pool)), perm_(static_cast<std::size_t>(c.pool)) {
+  explicit zipf_inputs(const config& c)
+      : cdf_(static_cast<std::size_t>(c.pool)), perm_(static_cast<std::size_t>(c.pool)) {
     double sum = 0;
-    for (int i = 0; i < c.pool; ++i) cdf_[static_cast<std::size_t>(i)] = (sum += 1.0 / std::pow(i + 1.0, c.zipf_s));
+    for (int i = 0; i < c.pool; ++i)
+      cdf_[static_cast<std::size_t>(i)] = (sum += 1.0 / std::pow(i + 1.0, c.zipf_s));
     for (auto& v : cdf_) v /= sum;
     for (int i = 0; i < c.pool; ++i) perm_[static_cast<std::size_t>(i)] = i;
     std::mt19937_64 rng(c.model.seed * 7919 + 1);
     std::shuffle(perm_.begin(), perm_.end(), rng);
   }
   int draw(std::mt19937_64& rng) const {
-    const auto it = std::lower_bound(cdf_.begin(), cdf_.end(), std::uniform_real_distribution<double>(0.0, 1.0)(rng));
-    return perm_[static_cast<std::size_t>(std::min<std::ptrdiff_t>(it - cdf_.begin(), static_cast<std::ptrdiff_t>(perm_.size()) - 1))];
+    const auto it =
+        std::lower_bound(cdf_.begin(), cdf_.end(), std::uniform_real_distribution<double>(0.0, 1.0)(rng));
+    return perm_[static_cast<std::size_t>(
+        std::min<std::ptrdiff_t>(it - cdf_.begin(), static_cast<std::ptrdiff_t>(perm_.size()) - 1))];
   }
 
  private:
@@ -359,7 +381,8 @@ class zipf_inputs {
 class phase_stream {
  public:
   phase_stream(const zipf_inputs& z, const config& c, std::size_t phase_index)
-      : z_(&z), rng_(c.model.seed * 0x9e3779b97f4a7c15ull + (phase_index + 1) * 0xbf58476d1ce4e5b9ull),
+      : z_(&z),
+        rng_(c.model.seed * 0x9e3779b97f4a7c15ull + (phase_index + 1) * 0xbf58476d1ce4e5b9ull),
         gap_(c.phases[phase_index].kind == "poisson" ? c.phases[phase_index].rate : 1.0),
         poisson_(c.phases[phase_index].kind == "poisson") {}
   planned_request next() {
@@ -404,7 +427,8 @@ struct step_result {
   double closed_seconds = 0, closed_busy_s = 0;
   double closed_cpu_s = 0;  // the worker thread's CPU time in model calls while saturated (no time preempted)
   double closed_mean_batch = 0;  // requests per model call while saturated
-  double open_p50_ms = 0;  // p50 latency of the requests a model call answered in the open-loop (Poisson) phases: light load
+  double open_p50_ms =
+      0;  // p50 latency of the requests a model call answered in the open-loop (Poisson) phases: light load
   double p50_ms = 0, p99_ms = 0;
   double busy_s = 0, wall_s = 0, utilization = 0;
   double mean_batch = 0;
@@ -445,7 +469,8 @@ struct accuracy_tally {
   }
 };
 
-using progress_fn = std::function<void(const std::string& phase, std::uint64_t done, std::uint64_t total, double rate)>;
+using progress_fn =
+    std::function<void(const std::string& phase, std::uint64_t done, std::uint64_t total, double rate)>;
 
 struct shared_inputs {
   const config& cfg;
@@ -456,14 +481,16 @@ struct shared_inputs {
 };
 
 template <class Policy>
-step_result run_step(const step_config& st, const shared_inputs& in, Policy policy, const progress_fn& progress) {
+step_result run_step(const step_config& st, const shared_inputs& in, Policy policy,
+                     const progress_fn& progress) {
   const config& cfg = in.cfg;
   const served_model& model = in.model_for(st.precision);
   const int out_dim = model.output_dim();
   const std::string backend = model.backend();
 
   frugal::batcher_options bopt{
-      .window = st.batching ? std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double, std::milli>(cfg.window_ms))
+      .window = st.batching ? std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                  std::chrono::duration<double, std::milli>(cfg.window_ms))
                             : std::chrono::nanoseconds(0),
       .max_batch = st.batching ? static_cast<std::size_t>(st.max_batch ? st.max_batch : cfg.max_batch) : 1,
       .max_batch_cost = st.batching ? cfg.max_batch_tokens : 0,
@@ -477,7 +504,9 @@ step_result run_step(const step_config& st, const shared_inputs& in, Policy poli
   const auto tag = ledger.tag(cfg.model_name);
 
   std::optional<frugal::lru_cache<std::vector<float>>> cache;
-  if (st.cache) cache.emplace(frugal::lru_cache<std::vector<float>>::options{.max_entries = cfg.cache_entries, .max_bytes = cfg.cache_bytes});
+  if (st.cache)
+    cache.emplace(frugal::lru_cache<std::vector<float>>::options{.max_entries = cfg.cache_entries,
+                                                                 .max_bytes = cfg.cache_bytes});
 
   accuracy_tally acc;
   std::atomic<std::uint64_t> answered{0}, failed{0};
@@ -558,13 +587,14 @@ step_result run_step(const step_config& st, const shared_inputs& in, Policy poli
       }
     }
     const int input = pr.input;
-    batcher.submit(
-        std::move(r),
-        [&finish, input, start, open_loop](frugal::outcome<output> o) noexcept {
-          if (o.has_value()) finish(input, &*o, start, true, open_loop);
-          else finish(input, nullptr, start, false, open_loop);
-        },
-        {.weight = model.cost(input)});
+    batcher.submit(std::move(r),
+                   [&finish, input, start, open_loop](frugal::outcome<output> o) noexcept {
+                     if (o.has_value())
+                       finish(input, &*o, start, true, open_loop);
+                     else
+                       finish(input, nullptr, start, false, open_loop);
+                   },
+                   {.weight = model.cost(input)});
   };
 
   const auto step_start = clock::now();
@@ -574,8 +604,10 @@ step_result run_step(const step_config& st, const shared_inputs& in, Policy poli
   std::uint64_t total = 0;
   bool timed = false;
   for (const auto& ph : cfg.phases) {
-    if (ph.kind == "closed" && ph.seconds > 0) timed = true;
-    else if (ph.kind != "idle") total += static_cast<std::uint64_t>(ph.requests);
+    if (ph.kind == "closed" && ph.seconds > 0)
+      timed = true;
+    else if (ph.kind != "idle")
+      total += static_cast<std::uint64_t>(ph.requests);
   }
   if (timed) total = 0;
   auto report = [&](const std::string& what, clock::time_point since) {
@@ -595,9 +627,11 @@ step_result run_step(const step_config& st, const shared_inputs& in, Policy poli
     const bool closed = ph.kind == "closed";
     // A timed closed phase stops issuing at its deadline (then drains), or at `requests` if that comes first.
     const auto deadline = closed && ph.seconds > 0
-                              ? phase_start + std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(ph.seconds))
+                              ? phase_start + std::chrono::duration_cast<clock::duration>(
+                                                  std::chrono::duration<double>(ph.seconds))
                               : clock::time_point::max();
-    const std::uint64_t cap = ph.requests > 0 ? static_cast<std::uint64_t>(ph.requests) : std::numeric_limits<std::uint64_t>::max();
+    const std::uint64_t cap =
+        ph.requests > 0 ? static_cast<std::uint64_t>(ph.requests) : std::numeric_limits<std::uint64_t>::max();
     phase_stream stream(in.inputs, cfg, p);
     if (closed) saturated.store(true);
     std::uint64_t issued = 0;
@@ -657,7 +691,8 @@ step_result run_step(const step_config& st, const shared_inputs& in, Policy poli
   r.closed_busy_s = std::chrono::duration<double>(closed_busy).count();
   r.closed_cpu_s = closed_cpu;
   r.closed_batched = closed_batched;
-  r.closed_mean_batch = closed_calls ? static_cast<double>(closed_batched) / static_cast<double>(closed_calls) : 0;
+  r.closed_mean_batch =
+      closed_calls ? static_cast<double>(closed_batched) / static_cast<double>(closed_calls) : 0;
   if (!open_latency_ms.empty()) {
     const auto mid = open_latency_ms.begin() + static_cast<std::ptrdiff_t>(open_latency_ms.size() / 2);
     std::nth_element(open_latency_ms.begin(), mid, open_latency_ms.end());
@@ -670,9 +705,11 @@ step_result run_step(const step_config& st, const shared_inputs& in, Policy poli
   r.utilization = s.utilization;
   r.mean_batch = s.total.mean_batch_size;
   r.cost = s.total_cost;
-  r.cost_per_1k = r.requests ? s.total_cost.mul_div(1000, static_cast<std::int64_t>(r.requests)) : s.total_cost;
+  r.cost_per_1k =
+      r.requests ? s.total_cost.mul_div(1000, static_cast<std::int64_t>(r.requests)) : s.total_cost;
   r.hit_ratio = s.total.cache_hit_ratio;
-  const double saved = static_cast<double>(s.total.cache_saved.nanos()), busy = static_cast<double>(s.busy_cost.nanos());
+  const double saved = static_cast<double>(s.total.cache_saved.nanos()),
+               busy = static_cast<double>(s.busy_cost.nanos());
   r.ledger_cache_saved_fraction = saved + busy > 0 ? saved / (saved + busy) : 0;
   if (acc.count) {
     r.cosine_mean = acc.cosine_sum / static_cast<double>(acc.count);
@@ -705,12 +742,16 @@ inline std::vector<step_result> run(const config& cfg, const progress_fn& progre
       bert::load_options opt{.weights = bert::parse_precision(prec), .threads = cfg.model_threads};
       if (opt.weights == bert::precision::int8) {
         std::ifstream in(cfg.calibration);
-        if (!in) throw std::runtime_error("config: model.calibration \"" + cfg.calibration + "\" cannot be opened");
-        for (std::string l; std::getline(in, l) && opt.calibration.size() < static_cast<std::size_t>(cfg.calibration_sentences);)
+        if (!in)
+          throw std::runtime_error("config: model.calibration \"" + cfg.calibration + "\" cannot be opened");
+        for (std::string l; std::getline(in, l) &&
+                            opt.calibration.size() < static_cast<std::size_t>(cfg.calibration_sentences);)
           opt.calibration.push_back(l);
       }
-      m = std::make_unique<bert_model>(
-          opt.weights == bert::precision::fp32 ? std::move(*fp32_text) : bert::encoder::load(cfg.model_path, opt), pool);
+      m = std::make_unique<bert_model>(opt.weights == bert::precision::fp32
+                                           ? std::move(*fp32_text)
+                                           : bert::encoder::load(cfg.model_path, opt),
+                                       pool);
     } else {
       const precision p = parse_precision(prec);
       std::unique_ptr<gpu_backend> gpu;
@@ -732,15 +773,16 @@ inline std::vector<step_result> run(const config& cfg, const progress_fn& progre
   std::vector<step_result> out;
   for (const auto& st : cfg.ladder) {
     if (st.policy == "adaptive" && st.batching) {
-      frugal::adaptive pol(frugal::adaptive_options{
-          .latency_target = std::chrono::duration_cast<std::chrono::nanoseconds>(
-              std::chrono::duration<double, std::milli>(cfg.latency_target_ms))});
+      frugal::adaptive pol(
+          frugal::adaptive_options{.latency_target = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                       std::chrono::duration<double, std::milli>(cfg.latency_target_ms))});
       out.push_back(run_step(st, in, std::move(pol), progress));
     } else {
       out.push_back(run_step(st, in, frugal::fixed_window{}, progress));
     }
     const auto base = out.front().cost_per_1k.nanos();
-    out.back().savings = base > 0 ? 1.0 - static_cast<double>(out.back().cost_per_1k.nanos()) / static_cast<double>(base) : 0;
+    out.back().savings =
+        base > 0 ? 1.0 - static_cast<double>(out.back().cost_per_1k.nanos()) / static_cast<double>(base) : 0;
   }
   return out;
 }
@@ -751,10 +793,14 @@ inline std::string describe_traffic(const config& cfg) {
   char buf[160];
   for (std::size_t i = 0; i < cfg.phases.size(); ++i) {
     const auto& p = cfg.phases[i];
-    if (p.kind == "closed" && p.seconds > 0) std::snprintf(buf, sizeof buf, "%d closed-loop clients for %g s", p.clients, p.seconds);
-    else if (p.kind == "closed") std::snprintf(buf, sizeof buf, "%d closed-loop clients for %d requests", p.clients, p.requests);
-    else if (p.kind == "poisson") std::snprintf(buf, sizeof buf, "%d Poisson arrivals at %g/s", p.requests, p.rate);
-    else std::snprintf(buf, sizeof buf, "%g ms idle", p.ms);
+    if (p.kind == "closed" && p.seconds > 0)
+      std::snprintf(buf, sizeof buf, "%d closed-loop clients for %g s", p.clients, p.seconds);
+    else if (p.kind == "closed")
+      std::snprintf(buf, sizeof buf, "%d closed-loop clients for %d requests", p.clients, p.requests);
+    else if (p.kind == "poisson")
+      std::snprintf(buf, sizeof buf, "%d Poisson arrivals at %g/s", p.requests, p.rate);
+    else
+      std::snprintf(buf, sizeof buf, "%g ms idle", p.ms);
     o << (i ? ", then " : "") << buf;
   }
   return o.str();
@@ -763,19 +809,24 @@ inline std::string describe_traffic(const config& cfg) {
 inline std::string format_report(const config& cfg, const std::vector<step_result>& rs) {
   std::ostringstream o;
   char line[640];
-  o << "frugal serve: " << cfg.model_name << " (" << rs.front().weight_bytes / (1 << 20) << " MiB fp32 weights), "
+  o << "frugal serve: " << cfg.model_name << " (" << rs.front().weight_bytes / (1 << 20)
+    << " MiB fp32 weights), "
     << "priced as " << cfg.gpu_name << " at $" << cfg.gpu_hourly_usd << "/h (paid while idle too)\n"
     << "each step serves " << describe_traffic(cfg) << "; throughput is over the closed-loop time\n\n";
-  o << "| step | requests | model calls | throughput req/s | p50 ms | p99 ms | light-load p50 ms, model calls | compute s | util "
+  o << "| step | requests | model calls | throughput req/s | p50 ms | p99 ms | light-load p50 ms, model "
+       "calls | compute s | util "
        "| batch, saturated | $ per 1k req | saving | hit ratio | cosine | max rel err |\n";
   o << "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
   for (std::size_t i = 0; i < rs.size(); ++i) {
     const auto& r = rs[i];
     std::snprintf(line, sizeof line,
-                  "| %zu. %s | %llu | %llu | %.0f | %.1f | %.1f | %.1f | %.2f | %.0f%% | %.1f | %s | %.0f%% | %.0f%% | %.5f | %.4f |\n", i + 1,
-                  r.name.c_str(), static_cast<unsigned long long>(r.requests), static_cast<unsigned long long>(r.model_calls), r.throughput,
-                  r.p50_ms, r.p99_ms, r.open_p50_ms, r.busy_s, 100 * r.utilization, r.closed_mean_batch, r.cost_per_1k.to_string().c_str(),
-                  100 * r.savings, 100 * r.hit_ratio, r.cosine_mean, r.max_rel_error);
+                  "| %zu. %s | %llu | %llu | %.0f | %.1f | %.1f | %.1f | %.2f | %.0f%% | %.1f | %s | %.0f%% "
+                  "| %.0f%% | %.5f | %.4f |\n",
+                  i + 1, r.name.c_str(), static_cast<unsigned long long>(r.requests),
+                  static_cast<unsigned long long>(r.model_calls), r.throughput, r.p50_ms, r.p99_ms,
+                  r.open_p50_ms, r.busy_s, 100 * r.utilization, r.closed_mean_batch,
+                  r.cost_per_1k.to_string().c_str(), 100 * r.savings, 100 * r.hit_ratio, r.cosine_mean,
+                  r.max_rel_error);
     o << line;
   }
   o << "\nWhere each step ran:";
@@ -787,9 +838,11 @@ inline std::string format_report(const config& cfg, const std::vector<step_resul
     if (i > 0 && rs[i - 1].throughput > 0) {
       const auto& q = rs[i - 1];
       std::snprintf(line, sizeof line,
-                    " [throughput x%.2f vs step %zu, cost per 1k x%.2f; batch when saturated %.1f vs %.1f; light-load p50 %.1f vs %.1f ms",
+                    " [throughput x%.2f vs step %zu, cost per 1k x%.2f; batch when saturated %.1f vs %.1f; "
+                    "light-load p50 %.1f vs %.1f ms",
                     r.throughput / q.throughput, i,
-                    static_cast<double>(r.cost_per_1k.nanos()) / static_cast<double>(std::max<std::int64_t>(1, q.cost_per_1k.nanos())),
+                    static_cast<double>(r.cost_per_1k.nanos()) /
+                        static_cast<double>(std::max<std::int64_t>(1, q.cost_per_1k.nanos())),
                     r.closed_mean_batch, q.closed_mean_batch, r.open_p50_ms, q.open_p50_ms);
       o << line;
       if (r.cache_hits && !q.cache_hits && r.closed_requests && q.closed_requests && q.closed_cpu_s > 0) {
@@ -798,8 +851,10 @@ inline std::string format_report(const config& cfg, const std::vector<step_resul
         const double per_req = r.closed_cpu_s / static_cast<double>(r.closed_requests),
                      per_req_before = q.closed_cpu_s / static_cast<double>(q.closed_requests);
         std::snprintf(line, sizeof line,
-                      "; cache hit ratio %.1f%%, ledger's cache saving %.1f%% of compute, measured compute per request fell %.1f%%",
-                      100 * r.hit_ratio, 100 * r.ledger_cache_saved_fraction, 100 * (1 - per_req / per_req_before));
+                      "; cache hit ratio %.1f%%, ledger's cache saving %.1f%% of compute, measured compute "
+                      "per request fell %.1f%%",
+                      100 * r.hit_ratio, 100 * r.ledger_cache_saved_fraction,
+                      100 * (1 - per_req / per_req_before));
         o << line;
       }
       o << "]";
