@@ -78,6 +78,8 @@ TEST_CASE("semantic_cache: options that cannot work are refused, naming the fiel
                        std::invalid_argument);
   CHECK_THROWS_WITH_AS(cache(opts{.max_entries = 10, .hnsw_ef_search = 0}),
                        doctest::Contains("options.hnsw_ef_search"), std::invalid_argument);
+  cache c(opts{.max_entries = 10});
+  CHECK_THROWS_WITH_AS(c.set_ef_search(0), doctest::Contains("set_ef_search"), std::invalid_argument);
 }
 
 TEST_CASE("semantic_cache: a key of the wrong dimension, with NaN or infinity, or of zero norm is refused") {

@@ -174,6 +174,15 @@ class semantic_cache {
     return it == opts_.namespace_thresholds.end() ? opts_.threshold : it->second;
   }
 
+  /// @brief Sets the candidates kept while searching (options.hnsw_ef_search) for every namespace, now
+  /// and later: the knob between lookup time and recall.
+  void set_ef_search(std::size_t ef) {
+    if (ef == 0) throw std::invalid_argument("frugal::semantic_cache::set_ef_search: ef must be at least 1");
+    std::lock_guard lock(mutex_);
+    opts_.hnsw_ef_search = ef;
+    for (auto& [name, sp] : spaces_) sp->index->setEf(ef);
+  }
+
   std::size_t size() const {
     std::lock_guard lock(mutex_);
     return lru_.size();
@@ -257,17 +266,17 @@ class semantic_cache {
 
   // Checks the embedding and returns it normalised to unit length.
   std::vector<float> normalised(std::span<const float> e, const char* fn) const {
-    const std::string where = std::string("frugal::semantic_cache::") + fn + ": embedding";
+    const auto bad = [&](const std::string& what) {
+      throw std::invalid_argument(std::string("frugal::semantic_cache::") + fn + ": embedding" + what);
+    };
     if (e.size() != opts_.dimension)
-      throw std::invalid_argument(where + " has " + std::to_string(e.size()) + " dimensions, expected " +
-                                  std::to_string(opts_.dimension));
+      bad(" has " + std::to_string(e.size()) + " dimensions, expected " + std::to_string(opts_.dimension));
     double sum = 0;
     for (std::size_t i = 0; i < e.size(); ++i) {
-      if (!std::isfinite(e[i]))
-        throw std::invalid_argument(where + "[" + std::to_string(i) + "] is not finite (NaN or infinity)");
+      if (!std::isfinite(e[i])) bad("[" + std::to_string(i) + "] is not finite (NaN or infinity)");
       sum += static_cast<double>(e[i]) * e[i];
     }
-    if (!(sum > 1e-30)) throw std::invalid_argument(where + " has zero norm");
+    if (!(sum > 1e-30)) bad(" has zero norm");
     const double inv = 1.0 / std::sqrt(sum);
     std::vector<float> out(e.size());
     for (std::size_t i = 0; i < e.size(); ++i) out[i] = static_cast<float>(e[i] * inv);
