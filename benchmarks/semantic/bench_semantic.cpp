@@ -2,7 +2,8 @@
 // 100k random unit 384-d entries: time per lookup, recall@1 and bytes per entry. Then, where the
 // MiniLM model is found, precision and hit rate over thresholds on the paraphrase fixture.
 //
-//   bench_semantic [--entries N] [--out DIR]   (writes DIR/speed.md, DIR/precision.md, DIR/precision.csv)
+//   bench_semantic [--entries N] [--m M] [--clustered] [--out DIR]
+//   writes DIR/speed_{random,clustered}_mM.md, DIR/precision.md and DIR/precision.csv
 
 #include <malloc.h>
 
@@ -65,13 +66,24 @@ struct query_set {
   std::vector<std::vector<float>> queries;
 };
 
-std::string speed(std::size_t n, const std::string& out_dir) {
+std::string speed(std::size_t n, std::size_t m, bool clustered, const std::string& out_dir) {
   std::mt19937 rng(42);
   row_matrix data(static_cast<Eigen::Index>(n), static_cast<Eigen::Index>(dim));
-  for (std::size_t i = 0; i < n; ++i) random_unit(rng, data.row(Eigen::Index(i)).data());
+  if (clustered) {
+    // 1000 random centres, each entry at cosine 0.7 to one: closer to real embeddings than uniform.
+    std::vector<std::vector<float>> centres(1000, std::vector<float>(dim));
+    for (auto& c : centres) random_unit(rng, c.data());
+    for (std::size_t i = 0; i < n; ++i) {
+      const auto v = near(centres[rng() % centres.size()].data(), 0.7f, rng);
+      std::copy(v.begin(), v.end(), data.row(Eigen::Index(i)).data());
+    }
+  } else {
+    for (std::size_t i = 0; i < n; ++i) random_unit(rng, data.row(Eigen::Index(i)).data());
+  }
 
   const std::size_t heap_before = mallinfo2().uordblks + mallinfo2().hblkhd;
-  frugal::semantic_cache<std::uint32_t> cache({.dimension = dim, .threshold = 1e-6f, .max_entries = n});
+  frugal::semantic_cache<std::uint32_t> cache(
+      {.dimension = dim, .threshold = 1e-6f, .max_entries = n, .hnsw_m = m});
   const auto t0 = clk::now();
   for (std::size_t i = 0; i < n; ++i)
     cache.put(std::span<const float>(data.row(Eigen::Index(i)).data(), dim), std::uint32_t(i));
@@ -136,7 +148,8 @@ std::string speed(std::size_t n, const std::string& out_dir) {
       double(st.index_bytes) / double(n), double(st.metadata_bytes) / double(n), dim * sizeof(float),
       double(heap_after - heap_before) / double(n));
   md << tail;
-  std::ofstream(out_dir + "/speed.md") << md.str();
+  std::ofstream(out_dir + "/speed_" + (clustered ? "clustered" : "random") + "_m" + std::to_string(m) + ".md")
+      << md.str();
   return md.str();
 }
 
@@ -198,15 +211,19 @@ std::string precision(const std::string& model_dir, const std::string& fixture, 
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::size_t n = 100'000;
+  std::size_t n = 100'000, m = 16;
+  bool clustered = false;
   std::string out = FRUGAL_BENCH_RESULTS_DIR;
-  for (int i = 1; i + 1 < argc; i += 2) {
+  for (int i = 1; i < argc; ++i) {
     const std::string k = argv[i];
+    if (k == "--clustered") clustered = true;
+    if (i + 1 >= argc) continue;
     if (k == "--entries") n = std::stoul(argv[i + 1]);
+    if (k == "--m") m = std::stoul(argv[i + 1]);
     if (k == "--out") out = argv[i + 1];
   }
   std::filesystem::create_directories(out);
-  std::cout << speed(n, out) << '\n';
+  std::cout << speed(n, m, clustered, out) << '\n';
   const std::string model = FRUGAL_MODEL_DIR;
   if (std::filesystem::exists(model + "/model.safetensors")) {
     std::cout << precision(model, std::string(FRUGAL_FIXTURE_DIR) + "/pairs.jsonl", out);

@@ -235,6 +235,27 @@ TEST_CASE(
   CHECK(st.index_deleted == 0);
 }
 
+TEST_CASE(
+    "semantic_cache: after 10x churn through reused slots, live entries are still found by their keys") {
+  // Reusing a slot relinks its node at the new vector; this checks the graph stays searchable.
+  std::mt19937 rng(9);
+  constexpr std::size_t capacity = 300;
+  cache c({.dimension = 16, .threshold = 0.999f, .max_entries = capacity});
+  std::vector<vec> keys;
+  for (std::size_t i = 0; i < 10 * capacity; ++i) {
+    keys.push_back(random_unit(rng, 16));
+    REQUIRE(c.put(keys.back(), int(i)));
+  }
+  std::size_t found = 0;
+  for (std::size_t i = 9 * capacity; i < 10 * capacity; ++i) {
+    const auto h = c.get(keys[i]);
+    found += h && *h->value == int(i);
+  }
+  MESSAGE("recall of the live entries after churn: " << found << " of " << capacity);
+  CHECK(found >= capacity * 99 / 100);
+  CHECK(c.stats().index_slots == capacity);
+}
+
 TEST_CASE("semantic_cache: max_bytes counts the weigher's bytes and refuses values heavier than it") {
   std::mt19937 rng(5);
   frugal::semantic_cache<std::string> c(
