@@ -140,12 +140,13 @@ std::string speed(std::size_t n, std::size_t m, bool clustered, const std::strin
   char tail[1024];
   std::snprintf(
       tail, sizeof tail,
-      "\n%zu entries of %zu floats, HNSW M=16, ef_construction=200 (the defaults); built in "
+      "\n%zu %s entries of %zu floats, HNSW M=%zu, ef_construction=200; built in "
       "%.1f s on one thread.\n\nMemory per entry: %.0f bytes by the cache's estimate (index %.0f, cache "
       "metadata %.0f; a raw vector is %zu), %.0f bytes by malloc's count of the heap growth while "
       "building. The values (uint32) are not counted.\n",
-      n, dim, build_s, double(st.index_bytes + st.metadata_bytes) / double(n),
-      double(st.index_bytes) / double(n), double(st.metadata_bytes) / double(n), dim * sizeof(float),
+      n, clustered ? "clustered" : "uniformly random", dim, m, build_s,
+      double(st.index_bytes + st.metadata_bytes) / double(n), double(st.index_bytes) / double(n),
+      double(st.metadata_bytes) / double(n), dim * sizeof(float),
       double(heap_after - heap_before) / double(n));
   md << tail;
   std::ofstream(out_dir + "/speed_" + (clustered ? "clustered" : "random") + "_m" + std::to_string(m) + ".md")
