@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "bert.hpp"
+#include "flags.hpp"
 
 #ifndef FRUGAL_DEFAULT_CALIBRATION
 #  define FRUGAL_DEFAULT_CALIBRATION ""
@@ -31,16 +32,7 @@ struct usage_error : std::invalid_argument {
 };
 
 std::size_t parse_count(const std::string& flag, const std::string& v, std::size_t max) {
-  std::size_t pos = 0;
-  unsigned long long n = 0;
-  try {
-    n = std::stoull(v, &pos);
-  } catch (...) {
-    pos = 0;
-  }
-  if (pos != v.size() || v.empty() || v[0] == '-' || n == 0 || n > max)
-    throw usage_error(flag + " must be an integer in 1 .. " + std::to_string(max) + ", not \"" + v + "\"");
-  return static_cast<std::size_t>(n);
+  return static_cast<std::size_t>(examples::integer_flag(flag, v, 1, max));
 }
 
 std::vector<std::string> read_lines(const std::string& path) {

@@ -23,6 +23,7 @@
 #include <string>
 #include <thread>
 
+#include "flags.hpp"
 #include "server.hpp"
 
 #ifndef FRUGAL_DEFAULT_CALIBRATION
@@ -35,17 +36,7 @@
 namespace {
 
 std::uint64_t count_of(const std::string& flag, const std::string& v, std::uint64_t lo, std::uint64_t hi) {
-  std::size_t pos = 0;
-  unsigned long long n = 0;
-  try {
-    n = std::stoull(v, &pos);
-  } catch (...) {
-    pos = 0;
-  }
-  if (v.empty() || v[0] == '-' || pos != v.size() || n < lo || n > hi)
-    throw std::invalid_argument(flag + " must be an integer in " + std::to_string(lo) + " .. " +
-                                std::to_string(hi) + ", not \"" + v + "\"");
-  return n;
+  return examples::integer_flag(flag, v, lo, hi);
 }
 
 }  // namespace
