@@ -41,7 +41,7 @@ for f in /usr/share/games/fortunes/*; do
   [ -f "$f" ] && cat "$f"
 done | iconv -f utf-8 -t utf-8 -c | sed 's/^[[:space:]]*//; s/[[:space:]]*$//' |
   awk 'length($0) >= 20 && !seen[$0]++' |
-  awk 'BEGIN { srand(1) } { printf "%.9f\t%s\n", rand(), $0 }' | sort -k1,1 | cut -f2- | head -2048 > "$CORPUS"
+  awk 'BEGIN { srand(1) } { printf "%.9f\t%s\n", rand(), $0 }' | sort -k1,1 | cut -f2- | awk 'NR <= 2048' > "$CORPUS"
 [ "$(wc -l < "$CORPUS")" -eq 2048 ] || { echo "corpus: fewer than 2048 sentences" >&2; exit 1; }
 export FRUGAL_WRK_SENTENCES=$CORPUS
 
@@ -77,10 +77,11 @@ cost_ok() {
 wrk_row() {
   local sys=$1 step=$2 c=$3 before after raw=$RAW/$1_$2_c$3.txt
   [ "$sys" = frugal ] && before=$(cost_ok) || before="0 0"
-  wrk -t 2 -c "$c" -d "$DURATION" --timeout 30s --latency -s "$LUA" "http://127.0.0.1:$PORT/v1/embeddings" > "$raw" 2>&1
+  local t=2; [ "$c" -lt 2 ] && t=1  # wrk needs connections >= threads
+  wrk -t "$t" -c "$c" -d "$DURATION" --timeout 30s --latency -s "$LUA" "http://127.0.0.1:$PORT/v1/embeddings" > "$raw" 2>&1 || true
   [ "$sys" = frugal ] && after=$(cost_ok) || after="0 0"
   local line non2xx
-  line=$(grep '^FRUGAL_WRK' "$raw")
+  line=$(grep '^FRUGAL_WRK' "$raw" || echo 'FRUGAL_WRK missing')
   non2xx=$(awk '/Non-2xx or 3xx responses/ { print $NF }' "$raw"); non2xx=${non2xx:-0}
   printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$sys" "$step" "$c" "$line" "$non2xx" "$before" "$after" "$(rss_kb) $(hwm_kb)" >> "$WORK/rows.tsv"
   echo "$sys $step c=$c: $line non2xx=$non2xx" >&2
@@ -128,15 +129,15 @@ body=$(head -1 "$CORPUS" | python3 -c 'import json,sys; print(json.dumps({"model
   done ) > "$WORK/overload_probe.txt" &
 probe=$!
 FRUGAL_WRK_CHECK=1 wrk -t 2 -c 512 -d "${OVERLOAD_S}s" --timeout 30s --latency -s "$LUA" \
-  "http://127.0.0.1:$PORT/v1/embeddings" > "$RAW/overload_c512.txt" 2>&1
+  "http://127.0.0.1:$PORT/v1/embeddings" > "$RAW/overload_c512.txt" 2>&1 || true
 wait "$probe" || true
 rss_after=$(rss_kb)
 sleep 2
 readyz=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PORT/readyz")
 after_emb=$(curl -s -H 'Content-Type: application/json' -d "$body" "http://127.0.0.1:$PORT/v1/embeddings" |
   python3 -c 'import json,sys; d=json.load(sys.stdin); print(len(d["data"][0]["embedding"]))' || echo fail)
-wrk -t 2 -c 16 -d 5s --timeout 30s --latency -s "$LUA" "http://127.0.0.1:$PORT/v1/embeddings" > "$RAW/overload_after_c16.txt" 2>&1
-metrics_after=$(curl -s "http://127.0.0.1:$PORT/metrics" | grep -E '^frugal_(requests_total|batcher_queue|process_resident)' | tr '\n' ';')
+wrk -t 2 -c 16 -d 5s --timeout 30s --latency -s "$LUA" "http://127.0.0.1:$PORT/v1/embeddings" > "$RAW/overload_after_c16.txt" 2>&1 || true
+metrics_after=$(curl -s "http://127.0.0.1:$PORT/metrics" | grep -E '^frugal_(requests_total|batcher_queue|process_resident)' | tr '\n' ';' || true)
 stop; overload_exit=$EXIT
 kill "$rss_loop" 2> /dev/null || true
 cat > "$WORK/overload.env" << EOF
