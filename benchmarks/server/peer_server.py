@@ -171,6 +171,10 @@ def main():
     print(f"listening on {a.host}:{srv.server_address[1]}", flush=True)
     srv.serve_forever()
     srv.server_close()
+    # Daemon threads may still be inside onnxruntime; a normal interpreter exit then aborts in its
+    # thread pool's teardown ("terminate called without an active exception"). Leave at once instead.
+    sys.stdout.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
