@@ -13,7 +13,7 @@ Each request is tokenized and run by one shared onnxruntime InferenceSession (it
 safe), padded to the request's longest input: no cross-request batching, no cache, as a plain
 deployment does it.
 
-    peer_server.py --model DIR [--port 0] [--precision fp32|int8] [--threads N] [--onnx-dir DIR]
+    peer_server.py --model DIR [--port 0] [--precision fp32|int8] [--threads N] [--tcp-nodelay] [--onnx-dir DIR]
 
 prints "listening on 127.0.0.1:PORT" on stdout once the model is loaded and warm; SIGTERM stops it.
 Benchmark-only: needs onnx, onnxruntime, numpy and tokenizers (the venv of benchmarks/models/README.md).
@@ -82,9 +82,10 @@ class Peer:
             self.counts[what] += 1
 
 
-def make_handler(p):
+def make_handler(p, nodelay=False):
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"  # keep-alive, as wrk expects
+        disable_nagle_algorithm = nodelay  # TCP_NODELAY; the stdlib's default is off
         server_version = "peer"
 
         def log_message(self, *args):  # no per-request logging
@@ -162,11 +163,14 @@ def main():
     ap.add_argument("--precision", choices=["fp32", "int8"], default="fp32")
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1,
                     help="onnxruntime intra-op threads per run (default: the cores)")
+    ap.add_argument("--tcp-nodelay", action="store_true",
+                    help="set TCP_NODELAY on each connection (the stdlib leaves Nagle on: headers and body "
+                         "are two writes, and the body then waits for the client's delayed ACK)")
     ap.add_argument("--onnx-dir", default=os.path.join("build", "peer-server"),
                     help="where the ONNX graphs are built once and reused")
     a = ap.parse_args()
     p = Peer(a)
-    srv = Server((a.host, a.port), make_handler(p))
+    srv = Server((a.host, a.port), make_handler(p, a.tcp_nodelay))
     signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=srv.shutdown, daemon=True).start())
     print(f"listening on {a.host}:{srv.server_address[1]}", flush=True)
     srv.serve_forever()

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes benchmarks/server/results/load.md from what run.sh left in its work folder.
 
-    report.py WORK_DIR OUT.md
+    report.py WORK_DIR OUT.md [RAW_DIR]     (env FRUGAL_LOAD_NOTE: one more line under the header)
 """
 import os
 import re
@@ -32,6 +32,7 @@ def sh(cmd):
 
 def main():
     work, out = sys.argv[1], sys.argv[2]
+    rawdir = sys.argv[3] if len(sys.argv) > 3 else os.path.join(os.path.dirname(out), "raw")
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     rows = []
     with open(os.path.join(work, "rows.tsv")) as f:
@@ -71,6 +72,8 @@ def main():
              "No cross-request batching, no cache: what a plain deployment does.")
     L.append("- frugal_server: `--http-threads 256 --max-queued 512 --window-ms 5`, 1 model thread (its default), "
              "plus the step's flags below.")
+    if os.environ.get("FRUGAL_LOAD_NOTE"):
+        L.append("- **" + os.environ["FRUGAL_LOAD_NOTE"] + "**")
     L.append("")
     L.append("## The ladder and the peer (wrk -t 2, 10 s per cell)\n")
     L.append("Latencies in ms. Cost per 1M embeddings: frugal's ledger (`frugal_cost_usd_total` summed over "
@@ -118,7 +121,7 @@ def main():
     env_path = os.path.join(work, "overload.env")
     if os.path.exists(env_path):
         env = dict(re.findall(r'^(\w+)="?(.*?)"?$', open(env_path).read(), re.M))
-        raw = open(os.path.join(os.path.dirname(out), "raw", "overload_c512.txt")).read()
+        raw = open(os.path.join(rawdir, "overload_c512.txt")).read()
         ow = kv(next(l for l in raw.splitlines() if l.startswith("FRUGAL_WRK")))
         probe = [l.split() for l in open(os.path.join(work, "overload_probe.txt")) if l.strip()]
         p429 = sorted(float(t) * 1e3 for c, t in probe if c == "429")
@@ -128,7 +131,7 @@ def main():
         def q(xs, f):
             return xs[min(len(xs) - 1, int(f * len(xs)))] if xs else float("nan")
 
-        after = open(os.path.join(os.path.dirname(out), "raw", "overload_after_c16.txt")).read()
+        after = open(os.path.join(rawdir, "overload_after_c16.txt")).read()
         aw = kv(next((l for l in after.splitlines() if l.startswith("FRUGAL_WRK")), ""))
         a_non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", after)
         secs = ow["duration_us"] / 1e6

@@ -9,6 +9,9 @@
 #   6. writes benchmarks/server/results/load.md (and the raw wrk output under results/raw/).
 #
 #   benchmarks/server/run.sh            (env: PEER_PY=python with onnxruntime, DURATION=10s, OVERLOAD_S=60)
+# A partial or variant sitting: NAME=load_x (results/NAME.md, results/raw_NAME/), STEPS="c d",
+# PEERS="fp32", PEER_EXTRA="--tcp-nodelay", OVERLOAD=0, FRUGAL_SERVER_BIN=another build of frugal_server,
+# FRUGAL_LOAD_NOTE="a line for the report".
 # Needs: cmake, a C++20 compiler, libcpp-httplib-dev, wrk, curl, python3; the model in
 # build/models/all-MiniLM-L6-v2 (or FRUGAL_MODEL_DIR); for the peer, a venv with onnx, onnxruntime,
 # numpy and tokenizers (benchmarks/models/README.md).
@@ -20,11 +23,17 @@ PEER_PY=${PEER_PY:-/work/wt/peer/build/venv-peer/bin/python}
 DURATION=${DURATION:-10s}
 OVERLOAD_S=${OVERLOAD_S:-60}
 CONCURRENCY=${CONCURRENCY:-"1 16 64 256"}
-WORK=$ROOT/build/load
+NAME=${NAME:-load}
+STEPS=${STEPS:-"a b c d"}
+PEERS=${PEERS:-"fp32 int8"}
+PEER_EXTRA=${PEER_EXTRA:-}
+OVERLOAD=${OVERLOAD:-1}
+WORK=$ROOT/build/$NAME
 RES=$ROOT/benchmarks/server/results
 RAW=$RES/raw
+[ "$NAME" = load ] || RAW=$RES/raw_$NAME
 LUA=$ROOT/benchmarks/server/post_latency.lua
-SERVER=$ROOT/build/release/examples/server/frugal_server
+SERVER=${FRUGAL_SERVER_BIN:-$ROOT/build/release/examples/server/frugal_server}
 mkdir -p "$WORK" "$RAW"
 rm -f "$RAW"/*.txt "$WORK"/rows.tsv "$WORK"/overload.env "$WORK"/idle_rss "$WORK"/exits
 START_DATE=$(date -u '+%Y-%m-%d %H:%M UTC')
@@ -94,7 +103,7 @@ declare -A STEP_ARGS=(
   [c]="--max-batch 64 --cache-entries 0 --precision int8"
   [d]="--max-batch 64 --cache-entries 10000 --precision int8"
 )
-for step in a b c d; do
+for step in $STEPS; do
   echo "== frugal step $step: ${STEP_ARGS[$step]}" >&2
   # shellcheck disable=SC2206
   args=(${STEP_ARGS[$step]})
@@ -104,15 +113,16 @@ for step in a b c d; do
   stop; echo "frugal_$step $EXIT" >> "$WORK/exits"
 done
 
-for prec in fp32 int8; do
+for prec in $PEERS; do
   echo "== peer $prec" >&2
   start "peer_$prec" "$PEER_PY" benchmarks/server/peer_server.py --model "$MODEL" --port 0 --precision "$prec" \
-    --threads 1 --onnx-dir "$WORK/peer-onnx"
+    --threads 1 --onnx-dir "$WORK/peer-onnx" $PEER_EXTRA
   echo "peer_$prec idle_rss_kb $(rss_kb)" >> "$WORK/idle_rss"
   for c in $CONCURRENCY; do wrk_row peer "$prec" "$c"; done
   stop; echo "peer_$prec $EXIT" >> "$WORK/exits"
 done
 
+if [ "$OVERLOAD" = 1 ]; then
 echo "== overload: -c 512 for ${OVERLOAD_S}s against --max-queued 64" >&2
 start frugal_overload "$SERVER" --model "$MODEL" --port 0 --http-threads 512 --max-queued 64 --window-ms 5 \
   --max-batch 64 --cache-entries 0 --precision int8
@@ -149,6 +159,7 @@ after_embedding_dims=$after_emb
 exit=$overload_exit
 metrics_after="$metrics_after"
 EOF
+fi
 echo "== report" >&2
-python3 "$ROOT/benchmarks/server/report.py" "$WORK" "$RES/load.md"
-echo "wrote $RES/load.md" >&2
+PEER_PY=$PEER_PY python3 "$ROOT/benchmarks/server/report.py" "$WORK" "$RES/$NAME.md" "$RAW"
+echo "wrote $RES/$NAME.md" >&2
