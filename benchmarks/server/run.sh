@@ -10,7 +10,7 @@
 #
 #   benchmarks/server/run.sh            (env: PEER_PY=python with onnxruntime, DURATION=10s, OVERLOAD_S=60)
 # A partial or variant sitting: NAME=load_x (results/NAME.md, results/raw_NAME/), STEPS="c d",
-# PEERS="fp32", PEER_EXTRA="--tcp-nodelay", OVERLOAD=0, FRUGAL_SERVER_BIN=another build of frugal_server,
+# PEERS="fp32", PEER_EXTRA="--tcp-nodelay", FRUGAL_EXTRA="--model-threads 2", OVERLOAD=0, FRUGAL_SERVER_BIN=another build of frugal_server,
 # FRUGAL_LOAD_NOTE="a line for the report".
 # Needs: cmake, a C++20 compiler, libcpp-httplib-dev, wrk, curl, python3; the model in
 # build/models/all-MiniLM-L6-v2 (or FRUGAL_MODEL_DIR); for the peer, a venv with onnx, onnxruntime,
@@ -96,7 +96,8 @@ wrk_row() {
   echo "$sys $step c=$c: $line non2xx=$non2xx" >&2
 }
 
-FRUGAL_COMMON=(--model "$MODEL" --port 0 --http-threads 256 --max-queued 512 --window-ms 5)
+# shellcheck disable=SC2206
+FRUGAL_COMMON=(--model "$MODEL" --port 0 --http-threads 256 --max-queued 512 --window-ms 5 ${FRUGAL_EXTRA:-})
 declare -A STEP_ARGS=(
   [a]="--max-batch 1 --cache-entries 0 --precision fp32"
   [b]="--max-batch 64 --cache-entries 0 --precision fp32"
