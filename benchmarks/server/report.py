@@ -63,7 +63,7 @@ def main():
     L.append(f"- CPU: {cpu}, {os.cpu_count()} cores (KVM guest); ISA flags: {' '.join(isa)} (no AVX-512, no VNNI).")
     L.append("- **The machine is a 2-core AMD EPYC shared with other builds and a CI run.** The server, wrk "
              "(2 threads) and the CI jobs all share the 2 cores, so every figure here is rough: "
-             "a rerun can move them by tens of percent. Read ratios, not absolute numbers.")
+             "a rerun can move them by tens of percent or more. Read ratios, not absolute numbers.")
     L.append("- Model: all-MiniLM-L6-v2 (384-dim), one sentence per request. Corpus: 2048 distinct lines "
              ">= 20 bytes of /usr/share/games/fortunes, drawn Zipf (s = 1) by `post.lua`.")
     L.append(f"- Peer: `benchmarks/server/peer_server.py` (stdlib ThreadingHTTPServer, onnxruntime {ort}, "
