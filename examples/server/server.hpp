@@ -168,6 +168,9 @@ class app {
     http.set_read_timeout(opt_.io_timeout_s, 0);
     http.set_write_timeout(opt_.io_timeout_s, 0);
     http.set_keep_alive_timeout(2);
+    // Without it every keep-alive response waits out the client's delayed ACK (~40 ms a request: found
+    // by the wrk load test, where a cache hit at concurrency 1 took 43 ms instead of 0.14 ms).
+    http.set_tcp_nodelay(true);
     http.Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
       res.set_content("{\"status\":\"ok\"}", "application/json");
     });
@@ -382,11 +385,11 @@ class app {
     const auto latency = std::chrono::duration_cast<std::chrono::nanoseconds>(clock::now() - start);
     answered_.fetch_add(1);
     if (!done) {
-      ledger_.record_request(tag, latency, frugal::cost::outcome::error);
+      ledger_.record_request(tag, latency, frugal::cost::outcome::deadline);
       return fail(res, 504, "the model did not answer within the request timeout", nullptr, "server_error");
     }
-    if (p->full) {
-      ledger_.record_request(tag, latency, frugal::cost::outcome::error);
+    if (p->full) {  // refused, not failed: overload handled as designed must not read as an error rate
+      ledger_.record_request(tag, latency, frugal::cost::outcome::rejected);
       res.set_header("Retry-After", "1");
       return fail(res, 429, "the server is at capacity: retry later", nullptr, "rate_limit_error");
     }

@@ -336,6 +336,10 @@ TEST_CASE("server: overload is refused at once with 429 and Retry-After; every a
   CHECK(rejected.load() > 0);
   CHECK(ok.load() >= 4);
   auto c = s.client();
+  // Refusals are counted as rejected, not as errors (an error-rate alert must not fire on them).
+  const std::string m = c.Get("/metrics")->body;
+  CHECK(metric(m, "frugal_requests_total{feature=\"default\",outcome=\"rejected\"}") == rejected.load());
+  CHECK(metric(m, "frugal_requests_total{feature=\"default\",outcome=\"error\"}") == 0);
   CHECK(c.Get("/readyz")->status == 200);
   CHECK(c.Post("/v1/embeddings", body("after the storm"), "application/json")->status == 200);
 }
