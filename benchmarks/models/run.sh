@@ -33,12 +33,7 @@ for f in config.json model.safetensors vocab.txt tokenizer.json; do
 done
 
 # The peer's Python packages live in a venv of their own; nothing here is needed by CI.
-py=$venv/bin/python
-if ! "$py" -c 'import onnx, onnxruntime, numpy, tokenizers, matplotlib' 2>/dev/null; then
-  echo "models: creating $venv (onnx onnxruntime numpy tokenizers matplotlib)" >&2
-  python3 -m venv "$venv"
-  "$venv/bin/pip" install -q onnx onnxruntime numpy tokenizers matplotlib
-fi
+py=$(VENV=$venv "$root/benchmarks/peer_venv.sh")
 
 # frugal_embed, release preset.
 (cd "$root" && cmake --preset release >/dev/null && cmake --build --preset release -j "$jobs" --target frugal_embed)

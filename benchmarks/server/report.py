@@ -172,7 +172,7 @@ def main():
     L.append("")
     L.append("## Commands\n")
     L.append("```sh")
-    L.append("benchmarks/server/run.sh     # PEER_PY=/work/wt/peer/build/venv-peer/bin/python by default")
+    L.append("benchmarks/server/run.sh     # PEER_PY=build/venv-peer/bin/python by default (benchmarks/peer_venv.sh)")
     L.append("# which runs:")
     L.append("cmake --preset release && cmake --build --preset release --target frugal_server")
     L.append("frugal_server --model build/models/all-MiniLM-L6-v2 --port 0 --http-threads 256 --max-queued 512 --window-ms 5 \\")

@@ -8,7 +8,7 @@
 #   5. overload: frugal at -c 512 against --max-queued 64 for 60 s, every response checked;
 #   6. writes benchmarks/server/results/load.md (and the raw wrk output under results/raw/).
 #
-#   benchmarks/server/run.sh            (env: PEER_PY=python with onnxruntime, DURATION=10s, OVERLOAD_S=60)
+#   benchmarks/server/run.sh            (env: PEER_PY=python with onnxruntime, default build/venv-peer, DURATION=10s, OVERLOAD_S=60)
 # A partial or variant sitting: NAME=load_x (results/NAME.md, results/raw_NAME/), STEPS="c d",
 # PEERS="fp32", PEER_EXTRA="--tcp-nodelay", FRUGAL_EXTRA="--model-threads 2", OVERLOAD=0, FRUGAL_SERVER_BIN=another build of frugal_server,
 # FRUGAL_LOAD_NOTE="a line for the report".
@@ -19,7 +19,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT"
 MODEL=${FRUGAL_MODEL_DIR:-$ROOT/build/models/all-MiniLM-L6-v2}
-PEER_PY=${PEER_PY:-/work/wt/peer/build/venv-peer/bin/python}
+PEER_PY=${PEER_PY:-$("$ROOT/benchmarks/peer_venv.sh")}  # build/venv-peer, made when missing
 DURATION=${DURATION:-10s}
 OVERLOAD_S=${OVERLOAD_S:-60}
 CONCURRENCY=${CONCURRENCY:-"1 16 64 256"}
