@@ -303,12 +303,13 @@ inline config parse_config(const json& j) {
   if (c.model_kind != "mlp" && c.model_kind != "minilm")
     bad("model.kind \"" + c.model_kind + "\" is not mlp or minilm");
   if (c.model_kind == "minilm") {
-    for (std::size_t i = 0; i < c.ladder.size(); ++i)
-      if (c.ladder[i].precision != "fp32" && c.ladder[i].precision != "int8" &&
-          c.ladder[i].precision != "fp16" && c.ladder[i].precision != "bf16" &&
-          c.ladder[i].precision != "int4")
-        bad("ladder[" + std::to_string(i) + "].precision \"" + c.ladder[i].precision +
-            "\" is not one of minilm's fp32, fp16, bf16, int8, int4");
+    for (std::size_t i = 0; i < c.ladder.size(); ++i) {  // the encoder's own names (bert::parse_precision)
+      try {
+        (void)bert::parse_precision(c.ladder[i].precision);
+      } catch (const std::invalid_argument& e) {
+        bad("ladder[" + std::to_string(i) + "]." + e.what());
+      }
+    }
     if (c.calibration_sentences <= 0 || c.calibration_sentences > 100000)
       bad("model.calibration_sentences must be in 1..100000");
     if (c.model_threads == 0 || c.model_threads > 256) bad("model.threads must be in 1..256");

@@ -349,11 +349,12 @@ class app {
     p->ids.resize(texts.size());
     std::size_t tokens = 0;
     std::vector<std::size_t> misses;
+    std::vector<frugal::key128> keys(texts.size());
     for (std::size_t i = 0; i < texts.size(); ++i) {
       p->ids[i] = model_->tokenize(texts[i]);
       tokens += p->ids[i].size();
-      const frugal::key128 key = frugal::hash_key(opt_.model_name, std::string_view(texts[i]));
-      if (auto hit = lookup(key, tag)) {
+      keys[i] = frugal::hash_key(opt_.model_name, std::string_view(texts[i]));
+      if (auto hit = lookup(keys[i], tag)) {
         p->out[i] = std::move(hit);
         continue;
       }
@@ -362,8 +363,7 @@ class app {
     p->left = misses.size();
     accepted_.fetch_add(1);
     for (const std::size_t i : misses) {
-      const frugal::key128 key = frugal::hash_key(opt_.model_name, std::string_view(texts[i]));
-      batcher_.submit(request{static_cast<std::int32_t>(i), &p->ids[i], tag, key},
+      batcher_.submit(request{static_cast<std::int32_t>(i), &p->ids[i], tag, keys[i]},
                       [p, i](frugal::outcome<embedding> o) noexcept {
                         std::lock_guard g(p->m);
                         if (o.has_value()) {

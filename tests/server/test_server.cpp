@@ -20,7 +20,11 @@
 #include <thread>
 #include <vector>
 
+#include "../support/process.hpp"
 #include "bert.hpp"
+#if FRUGAL_SERVER_HAS_REDIS
+#  include "../redis/redis_server.hpp"
+#endif
 
 // After Eigen (see examples/server/server.hpp).
 #include <httplib.h>
@@ -43,64 +47,29 @@ bool have_model() {
   return false;
 }
 
-int free_port() {
-  const int s = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-  socklen_t len = sizeof a;
-  ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(s);
-  return ntohs(a.sin_port);
-}
+using frugal_test::free_port;
 
-// A child process with its stdout on a pipe; killed (SIGKILL) if still running at destruction.
+// A process under test (frugal_test::child: the kernel kills it if this test dies), with extra environment
+// variables, killed at scope exit if it is still running.
 struct child {
-  pid_t pid = -1;
-  int out = -1;
-  child(std::vector<std::string> args, std::vector<std::string> env_extra = {}) {
-    int p[2];
-    REQUIRE(::pipe(p) == 0);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_adddup2(&fa, p[1], 1);
-    posix_spawn_file_actions_addclose(&fa, p[0]);
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    std::vector<std::string> env_store;
-    for (char** e = environ; *e; ++e) env_store.emplace_back(*e);
-    for (auto& e : env_extra) env_store.push_back(e);
-    std::vector<char*> envp;
-    for (auto& e : env_store) envp.push_back(e.data());
-    envp.push_back(nullptr);
-    REQUIRE(posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), envp.data()) == 0);
-    posix_spawn_file_actions_destroy(&fa);
-    ::close(p[1]);
-    out = p[0];
+  frugal_test::child c;
+  explicit child(const std::vector<std::string>& args, const std::vector<std::string>& env = {}) {
+    for (const auto& e : env)
+      ::setenv(e.substr(0, e.find('=')).c_str(), e.substr(e.find('=') + 1).c_str(), 1);
+    c = frugal_test::child::spawn(args);
+    for (const auto& e : env) ::unsetenv(e.substr(0, e.find('=')).c_str());
   }
-  // The first stdout line (with a deadline).
-  std::string line(std::chrono::seconds within) {
-    std::string s;
-    const auto end = std::chrono::steady_clock::now() + within;
-    while (std::chrono::steady_clock::now() < end) {
-      pollfd pf{out, POLLIN, 0};
-      if (::poll(&pf, 1, 100) <= 0) continue;
-      char c;
-      if (::read(out, &c, 1) != 1) break;
-      if (c == '\n') return s;
-      s += c;
-    }
-    return s;
-  }
+  child(const child&) = delete;
+  child& operator=(const child&) = delete;
+  pid_t pid() const { return c.pid; }
+  std::string line() const { return c.read_line(); }  // "" when it exits first
   int wait_exit(std::chrono::seconds within) {
     const auto end = std::chrono::steady_clock::now() + within;
     int st = 0;
     while (std::chrono::steady_clock::now() < end) {
-      const pid_t r = ::waitpid(pid, &st, WNOHANG);
-      if (r == pid) {
-        pid = -1;
+      if (::waitpid(c.pid, &st, WNOHANG) == c.pid) {
+        c.pid = -1;
+        c.close_fds();
         return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -108,11 +77,11 @@ struct child {
     return -1;
   }
   ~child() {
-    if (pid > 0) {
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, nullptr, 0);
+    if (c.pid > 0) {
+      ::kill(c.pid, SIGKILL);
+      c.wait();
     }
-    if (out >= 0) ::close(out);
+    c.close_fds();
   }
 };
 
@@ -125,7 +94,7 @@ struct server_proc {
                                   "--precision",     "fp32"};
     args.insert(args.end(), flags.begin(), flags.end());
     proc = std::make_unique<child>(args, env);
-    const std::string l = proc->line(std::chrono::seconds(60));
+    const std::string l = proc->line();
     REQUIRE_MESSAGE(l.rfind("listening on 127.0.0.1:", 0) == 0, "server said: " << l);
     port = std::stoi(l.substr(l.rfind(':') + 1));
   }
@@ -297,7 +266,7 @@ TEST_CASE("server: SIGTERM answers every accepted request, flushes the ledger's 
   for (int k = 0; k < 1000 && metric(c.Get("/metrics")->body, "frugal_batcher_submitted_total") < n; ++k)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   REQUIRE(metric(c.Get("/metrics")->body, "frugal_batcher_submitted_total") == n);
-  ::kill(s.proc->pid, SIGTERM);
+  ::kill(s.proc->pid(), SIGTERM);
   for (auto& t : clients) t.join();
   CHECK(ok.load() == n);
   CHECK(s.proc->wait_exit(std::chrono::seconds(30)) == 0);
@@ -423,29 +392,15 @@ TEST_CASE("server: a short wrk run below capacity gets no non-2xx response") {
 TEST_CASE(
     "server: two replicas share results through a real Redis, and a dead Redis is a miss, not an error") {
   if (!have_model()) return;
-  if (!fs::exists(FRUGAL_REDIS_SERVER) || !FRUGAL_SERVER_HAS_REDIS) {
+  if (!FRUGAL_SERVER_HAS_REDIS || std::system("command -v redis-server > /dev/null") != 0) {
     MESSAGE("server: no redis-server or a build without hiredis, skipped");
     return;
   }
-  const int rport = free_port();
-  auto redis = std::make_unique<child>(std::vector<std::string>{FRUGAL_REDIS_SERVER, "--port",
-                                                                std::to_string(rport), "--bind", "127.0.0.1",
-                                                                "--save", "", "--appendonly", "no"});
-  const std::string addr = "127.0.0.1:" + std::to_string(rport);
+#if FRUGAL_SERVER_HAS_REDIS
+  auto redis = std::make_unique<frugal_test::redis_server>();  // answers PING before this returns
+  const std::string addr = "127.0.0.1:" + std::to_string(redis->port());
   server_proc a({"--redis", addr}), b({"--redis", addr});
   auto ca = a.client(), cb = b.client();
-  // Redis answers PING once it is up; the first request may race its start, so wait for it.
-  for (int k = 0; k < 100; ++k) {
-    const int s = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in sa{};
-    sa.sin_family = AF_INET;
-    sa.sin_port = htons(static_cast<std::uint16_t>(rport));
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    const bool up = ::connect(s, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0;
-    ::close(s);
-    if (up) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
   auto r1 = ca.Post("/v1/embeddings", body("computed once, served twice"), "application/json");
   REQUIRE(r1->status == 200);
   auto r2 = cb.Post("/v1/embeddings", body("computed once, served twice"), "application/json");
@@ -457,11 +412,12 @@ TEST_CASE(
   CHECK(metric(mb, "frugal_remote_hits_total{feature=\"default\"}") == 1);
   CHECK(metric(ca.Get("/metrics")->body, "frugal_batcher_submitted_total") == 1);
   // Redis dies: lookups fall back to the model after the command timeout; callers never see it.
-  redis.reset();
+  redis->kill();
   auto r3 = ca.Post("/v1/embeddings", body("redis is gone"), "application/json");
   REQUIRE(r3);
   CHECK(r3->status == 200);
   const std::string ma = ca.Get("/metrics")->body;
   CHECK(metric(ma, "frugal_redis_fallbacks_total") >= 1);
   CHECK(metric(ma, "frugal_remote_faults_total{feature=\"default\"}") >= 1);
+#endif
 }
