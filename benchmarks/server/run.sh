@@ -19,13 +19,15 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT"
 MODEL=${FRUGAL_MODEL_DIR:-$ROOT/build/models/all-MiniLM-L6-v2}
-PEER_PY=${PEER_PY:-$("$ROOT/benchmarks/peer_venv.sh")}  # build/venv-peer, made when missing
 DURATION=${DURATION:-10s}
 OVERLOAD_S=${OVERLOAD_S:-60}
 CONCURRENCY=${CONCURRENCY:-"1 16 64 256"}
 NAME=${NAME:-load}
 STEPS=${STEPS-"a b c d"}  # "-" not ":-": an empty list skips
 PEERS=${PEERS-"fp32 int8"}
+# The peer's Python: build/venv-peer, made when missing (only when a peer runs).
+PEER_PY=${PEER_PY:-}
+if [ -n "$PEERS" ] && [ -z "$PEER_PY" ]; then PEER_PY=$("$ROOT/benchmarks/peer_venv.sh"); fi
 PEER_EXTRA=${PEER_EXTRA:-}
 OVERLOAD=${OVERLOAD:-1}
 WORK=$ROOT/build/$NAME
