@@ -221,10 +221,10 @@ TEST_CASE("serve: the MiniLM ladder serves real sentences, counts tokens, and in
   serve::json j = serve::json::parse(R"({
     "seed": 3,
     "model": {"kind": "minilm", "name": "minilm", "calibration_sentences": 16},
-    "batcher": {"window_ms": 2, "max_batch": 8, "max_batch_tokens": 256},
+    "batcher": {"window_ms": 2, "max_batch": 64, "max_batch_tokens": 64},
     "cache": {"max_entries": 64, "max_bytes": 1048576},
     "traffic": {"pool": 48, "zipf_s": 1.1, "accuracy_sample": 48,
-      "phases": [{"kind": "closed", "clients": 8, "requests": 60}]},
+      "phases": [{"kind": "closed", "clients": 32, "requests": 60}]},
     "ladder": [
       {"name": "fp32", "precision": "fp32"},
       {"name": "int8 cached", "precision": "int8", "cache": true}]
@@ -243,8 +243,14 @@ TEST_CASE("serve: the MiniLM ladder serves real sentences, counts tokens, and in
   CHECK(results[1].cosine_mean > 0.99);
   CHECK(results[1].cache_hits > 0);
   CHECK(results[1].weight_bytes * 3 < results[0].weight_bytes);
-  // Cut by tokens: a batch of 8 sentences of ~20 tokens would pass 256 only rarely; never more than 8.
-  CHECK(results[0].closed_mean_batch <= 8.0);
+  // Cut by tokens: 32 clients would fill batches of up to 64 sentences, but a batch holds at most 64
+  // tokens, so never more sentences than 64 over the pool's shortest sentence.
+  const auto pool = serve::corpus_sentences(cfg.corpus, cfg.pool, cfg.model.seed);
+  const auto enc = bert::encoder::load(dir);
+  std::size_t shortest = 1000;
+  for (const auto& t : pool) shortest = std::min(shortest, enc.tokenize(t).size());
+  CHECK(results[0].closed_mean_batch > 0);
+  CHECK(results[0].closed_mean_batch <= 64.0 / static_cast<double>(shortest));
   serve::apply_override(j, "--model.path=/nonexistent/minilm");
   CHECK_THROWS_WITH(serve::run(serve::parse_config(j)), doctest::Contains("/nonexistent/minilm/config.json"));
 }
