@@ -9,6 +9,9 @@
 //               int8-per-channel and int8-per-tensor drop the smoothing (and the per-channel scales)
 //   int4        groupwise asymmetric int4 weights (g128, uint8 zero points), widened per call
 // Attention, softmax, LayerNorm and pooling stay fp32 in every precision.
+// With load_options.device (linear_device.hpp; bert_cuda.hpp's make_cuda_linear_device() on a CUDA build), the int8 and
+// fp16/bf16 linear layers run on that device through frugal::cuda: their weights are uploaded once, and each
+// call sends the layer's input and gets fp32 back. fp32 and int4 layers stay on the CPU.
 //
 // This is example code, meant to be copied or linked: the library gives it the tokenizer, the
 // safetensors reader and the kernels; the model's structure lives here.
@@ -16,11 +19,16 @@
 // Batches are packed, not padded: the sequences' tokens are stacked into one (T x hidden) matrix for
 // every linear layer, and attention runs per sequence on its own rows. The attention mask is thus the
 // block structure itself, and no FLOP is spent on padding.
+// frugal before Eigen (see frugal/quant/detail/eigen.hpp): with -march=native on an AVX-512 machine, GCC 12
+// reports false "uninitialized" warnings inside its own AVX-512 intrinsics that Eigen inlines (GCC bug 105593).
+#include <frugal/quant.hpp>
+
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <fstream>
+#include <memory>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -33,6 +41,8 @@
 #include <frugal/quant.hpp>
 #include <frugal/safetensors.hpp>
 #include <frugal/wordpiece.hpp>
+
+#include "linear_device.hpp"
 
 namespace bert {
 
@@ -180,6 +190,26 @@ class linear {
     w32_ = matrix();
   }
 
+  /// @brief Runs this layer's GEMM on @p device from now on (int8 and fp16/bf16 layers; the others stay on
+  /// the CPU and this returns false). The weights are uploaded once here.
+  bool place(std::shared_ptr<linear_device> device) {
+    switch (p_) {
+      case precision::int8:
+      case precision::int8_per_channel:
+      case precision::int8_per_tensor:
+        device_layer_ = device->upload_int8(w8_.data, w8_.scales, bias_, n_, k_);
+        break;
+      case precision::fp16:
+      case precision::bf16:
+        device_layer_ = device->upload_16bit(w16_, p_ == precision::bf16, bias_, n_, k_);
+        break;
+      default:
+        return false;
+    }
+    device_ = std::move(device);
+    return true;
+  }
+
   /// @brief Bytes of stored weights (the precision's own format, with its scales) and bias.
   std::size_t weight_bytes() const noexcept {
     std::size_t b = bias_.size() * sizeof(float);
@@ -217,6 +247,11 @@ class linear {
               Eigen::Map<const Eigen::ArrayXf>(inv_smooth_.data(), static_cast<Eigen::Index>(k_)).transpose();
           a = q::quantize_rows(xs);
         }
+        if (device_) {
+          device_->forward_int8(device_layer_, a.data, a.scales, t, std::span<float>(y.data(), t * n_));
+          if (act != q::activation_kind::none) q::apply_activation(std::span<float>(y.data(), t * n_), act);
+          return;
+        }
         q::gemm_w8a8(a, w8_, std::span<float>(y.data(), t * n_),
                      q::gemm_options{.bias = bias_, .activation = act});
         return;
@@ -225,6 +260,17 @@ class linear {
         y.noalias() = x * w32_.transpose();
         break;
       default: {
+        if (device_) {  // fp16 or bf16 (place() keeps no other precision)
+          std::vector<std::uint16_t> x16(t * k_);
+          const std::span<const float> src(x.data(), t * k_);
+          if (p_ == precision::fp16)
+            q::convert(src, std::span<q::half>(reinterpret_cast<q::half*>(x16.data()), x16.size()));
+          else
+            q::convert(src, std::span<q::bfloat16>(reinterpret_cast<q::bfloat16*>(x16.data()), x16.size()));
+          device_->forward_16bit(device_layer_, x16, t, std::span<float>(y.data(), t * n_));
+          if (act != q::activation_kind::none) q::apply_activation(std::span<float>(y.data(), t * n_), act);
+          return;
+        }
         const matrix w = widened();
         y.noalias() = x * w.transpose();
         break;
@@ -255,6 +301,8 @@ class linear {
   q::quantized_weights w8_;
   std::vector<float> inv_smooth_;
   q::int4_weights w4_;
+  std::shared_ptr<linear_device> device_;
+  std::size_t device_layer_ = 0;
 };
 
 /// @brief Options of encoder::load.
@@ -266,6 +314,8 @@ struct load_options {
   float smoothquant_alpha = 0.5f;
   /// Threads of encode(): a batch's sequences are split into this many groups of about equal tokens.
   std::size_t threads = 1;
+  /// Where the int8 and fp16/bf16 linear layers run (null: the CPU); e.g. make_cuda_linear_device().
+  std::shared_ptr<linear_device> device = nullptr;
 };
 
 /// @brief Per-linear statistics of the encoder's inputs, gathered by a calibration pass.
@@ -316,10 +366,18 @@ class encoder {
       e.convert(opt.weights, nullptr, opt.smoothquant_alpha);
     }
     e.precision_ = opt.weights;
+    if (opt.device) {
+      for (auto& l : e.layers_)
+        for (linear* ls : {&l.qkv, &l.out, &l.ffn_in, &l.ffn_out})
+          if (ls->place(opt.device)) e.device_ = opt.device;
+    }
     return e;
   }
 
   const config& shapes() const noexcept { return cfg_; }
+  /// @brief The device the linear layers run on; null when they run on the CPU (also when the precision has
+  /// no device path: fp32, int4).
+  const linear_device* device() const noexcept { return device_.get(); }
   precision weights() const noexcept { return precision_; }
   std::size_t dimension() const noexcept { return cfg_.hidden; }
   const frugal::wordpiece::tokenizer& tokenizer() const noexcept { return *tokenizer_; }
@@ -534,6 +592,7 @@ class encoder {
   config cfg_;
   precision precision_ = precision::fp32;
   std::size_t threads_ = 1;
+  std::shared_ptr<linear_device> device_;
   std::unique_ptr<frugal::wordpiece::tokenizer> tokenizer_;
   matrix word_, position_, type_;
   std::vector<float> emb_ln_g_, emb_ln_b_;

@@ -2,12 +2,13 @@
 //
 //   frugal_embed --model DIR --input FILE --output FILE
 //                [--precision fp32|fp16|bf16|int8|int8-per-channel|int8-per-tensor|int4]
-//                [--batch N] [--threads N] [--calibration FILE] [--stats]
+//                [--batch N] [--threads N] [--calibration FILE] [--device cpu|cuda[:N]] [--stats]
 //
 // Input: UTF-8 text, one sentence per line (the line is used as it is, without its '\n'). Output: one
 // line per input line, in input order, each a JSON array of the model's hidden size (384 for MiniLM)
 // floats with unit L2 norm. "-" reads stdin or writes stdout. --stats prints throughput and memory to
-// stderr. Exit codes: 0 done, 1 a runtime error (bad model files, unreadable input), 2 a usage error.
+// stderr. --device cuda runs the int8 and fp16/bf16 linear layers on a GPU through frugal::cuda (a build
+// with CUDA; fp32 and int4 stay on the CPU, and say so). Exit codes: 0 done, 1 a runtime error (bad model files, unreadable input), 2 a usage error.
 #include <sys/resource.h>
 
 #include <chrono>
@@ -20,6 +21,9 @@
 
 #include "bert.hpp"
 #include "flags.hpp"
+#if FRUGAL_EMBED_CUDA
+#  include "bert_cuda.hpp"
+#endif
 
 #ifndef FRUGAL_DEFAULT_CALIBRATION
 #  define FRUGAL_DEFAULT_CALIBRATION ""
@@ -52,9 +56,10 @@ std::vector<std::string> read_lines(const std::string& path) {
 }  // namespace
 
 int main(int argc, char** argv) try {
-  std::string model, input, output, calibration = FRUGAL_DEFAULT_CALIBRATION, prec = "fp32";
+  std::string model, input, output, calibration = FRUGAL_DEFAULT_CALIBRATION, prec = "fp32", device = "cpu";
   std::size_t batch = 32, threads = 1;
   bool stats = false;
+  int ordinal = -1;  // the CUDA device, or -1 for the CPU
   try {
     for (int i = 1; i < argc; ++i) {
       const std::string a = argv[i];
@@ -76,13 +81,15 @@ int main(int argc, char** argv) try {
         batch = parse_count(a, value(), 4096);
       else if (a == "--threads")
         threads = parse_count(a, value(), 256);
+      else if (a == "--device")
+        device = value();
       else if (a == "--stats")
         stats = true;
       else if (a == "--help" || a == "-h") {
         std::printf(
             "usage: %s --model DIR --input FILE --output FILE [--precision fp32|fp16|bf16|int8|"
             "int8-per-channel|int8-per-tensor|int4] [--batch N] [--threads N] [--calibration FILE] "
-            "[--stats]\n",
+            "[--device cpu|cuda[:N]] [--stats]\n",
             argv[0]);
         return 0;
       } else
@@ -91,6 +98,12 @@ int main(int argc, char** argv) try {
     if (model.empty()) throw usage_error("--model DIR is required");
     if (input.empty()) throw usage_error("--input FILE is required");
     if (output.empty()) throw usage_error("--output FILE is required");
+    if (device == "cuda")
+      ordinal = 0;
+    else if (device.rfind("cuda:", 0) == 0)
+      ordinal = static_cast<int>(examples::integer_flag("--device cuda:N", device.substr(5), 0, 63));
+    else if (device != "cpu")
+      throw usage_error("--device \"" + device + "\" is not cpu, cuda or cuda:N");
   } catch (const std::invalid_argument& e) {
     std::fprintf(stderr, "frugal_embed: %s (see --help)\n", e.what());
     return 2;
@@ -107,9 +120,20 @@ int main(int argc, char** argv) try {
       throw std::runtime_error("--precision int8 needs --calibration FILE (one sentence per line)");
     opt.calibration = read_lines(calibration);
   }
+  if (ordinal >= 0) {
+#if FRUGAL_EMBED_CUDA
+    opt.device = bert::make_cuda_linear_device(ordinal);
+#else
+    throw std::runtime_error("--device " + device +
+                             ": this frugal_embed was built without CUDA (configure with -DFRUGAL_ENABLE_CUDA=ON)");
+#endif
+  }
   const auto t0 = std::chrono::steady_clock::now();
   const bert::encoder enc = bert::encoder::load(model, opt);
   const auto t1 = std::chrono::steady_clock::now();
+  if (ordinal >= 0 && !enc.device())
+    std::fprintf(stderr, "frugal_embed: --device %s: %s layers have no device path and run on the CPU\n",
+                 device.c_str(), bert::to_string(enc.weights()));
   const std::vector<std::string> lines = read_lines(input);
 
   std::ofstream file;
@@ -150,10 +174,10 @@ int main(int argc, char** argv) try {
     const double secs = std::chrono::duration<double>(t2 - t1).count();
     std::fprintf(stderr,
                  "frugal_embed: %s, %zu sentences, %zu tokens in %.3f s: %.1f sentences/s, %.0f tokens/s "
-                 "(batch %zu, %zu threads); load %.2f s; linear weights %.2f MB, other weights %.2f MB; "
+                 "(batch %zu, %zu threads, linear layers on %s); load %.2f s; linear weights %.2f MB, other weights %.2f MB; "
                  "peak RSS %.1f MB\n",
                  bert::to_string(enc.weights()), lines.size(), tokens, secs, lines.size() / secs,
-                 tokens / secs, batch, threads, std::chrono::duration<double>(t1 - t0).count(),
+                 tokens / secs, batch, threads, enc.device() ? enc.device()->name().c_str() : "the CPU", std::chrono::duration<double>(t1 - t0).count(),
                  enc.linear_bytes() / 1e6, enc.other_bytes() / 1e6, ru.ru_maxrss / 1024.0);
   }
   return 0;

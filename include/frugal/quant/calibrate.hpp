@@ -9,7 +9,7 @@
 // the histogram observers keep their range in double, so doubling it past FLT_MAX does not make it Inf,
 // and the clip ranges they return are clamped to +-FLT_MAX.
 
-#include <Eigen/Core>
+#include "frugal/quant/detail/eigen.hpp"
 #include <algorithm>
 #include <cmath>
 #include <cstddef>

@@ -1,6 +1,6 @@
 #pragma once
 
-#include <Eigen/Core>
+#include "frugal/quant/detail/eigen.hpp"
 #include <algorithm>
 #include <cmath>
 #include <cstddef>

@@ -1,6 +1,6 @@
 #pragma once
 
-#include <Eigen/Core>
+#include "frugal/quant/detail/eigen.hpp"
 #include <bit>
 #include <cstddef>
 #include <cstdint>
