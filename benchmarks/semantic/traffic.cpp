@@ -17,6 +17,7 @@
 //   writes DIR/traffic.md
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <chrono>
 #include <cstdio>
@@ -79,8 +80,12 @@ intents group(const std::vector<frugal_test::text_pair>& pairs) {
   return r;
 }
 
-std::string edit(std::string s, std::mt19937& rng) {
-  switch (rng() % 5) {
+constexpr const char* edit_names[] = {"lower case", "end punctuation dropped", "\"Hi, \" added",
+                                      "\" please\" added", "two letters swapped"};
+constexpr std::size_t edit_kinds = std::size(edit_names);
+
+std::string edit(std::string s, std::size_t kind, std::mt19937& rng) {
+  switch (kind) {
     case 0:
       for (auto& c : s) c = char(std::tolower(static_cast<unsigned char>(c)));
       return s;
@@ -113,6 +118,7 @@ std::string edit(std::string s, std::mt19937& rng) {
 struct request {
   std::string text;
   int intent = 0;
+  std::size_t edit = edit_kinds;  // edit_kinds: none, the fixture's phrasing as it is
 };
 
 std::vector<request> traffic(const intents& in, std::size_t n, unsigned seed, bool edited) {
@@ -127,9 +133,12 @@ std::vector<request> traffic(const intents& in, std::size_t n, unsigned seed, bo
   for (std::size_t i = 0; i < n; ++i) {
     const int intent = order[zipf(rng)];
     const auto& ph = in.phrasings[std::size_t(intent)];
-    std::string t = ph[rng() % ph.size()];
-    if (edited && rng() % 2) t = edit(t, rng);
-    out.push_back({std::move(t), intent});
+    request q{ph[rng() % ph.size()], intent};
+    if (edited && rng() % 2) {
+      q.edit = rng() % edit_kinds;
+      q.text = edit(std::move(q.text), q.edit, rng);
+    }
+    out.push_back(std::move(q));
   }
   return out;
 }
@@ -140,9 +149,14 @@ fc::ledger_options prices(const std::string& gpu_usd, const std::string& cpu_usd
           .devices = {{.gpu_class = "gpu", .name = "expensive"}, {.gpu_class = "cpu", .name = "minilm"}}};
 }
 
+struct counts {
+  std::size_t requests = 0, baseline_hits = 0, exact_hits = 0, semantic_hits = 0, wrong = 0;
+};
+
 struct run_result {
   float threshold = 0;
   std::size_t baseline_hits = 0, exact_hits = 0, semantic_hits = 0, wrong = 0, n = 0;
+  std::array<counts, edit_kinds + 1> by_edit{};
   fc::ledger_snapshot baseline, semantic;
 };
 
@@ -159,9 +173,12 @@ run_result replay(const std::vector<request>& reqs, const std::map<std::string, 
   frugal::lru_cache<answer> exact({.max_entries = reqs.size()});
   frugal::semantic_cache<answer> sem({.dimension = 384, .threshold = threshold, .max_entries = reqs.size()});
   for (const auto& q : reqs) {
+    counts& k = r.by_edit[q.edit];
+    ++k.requests;
     const auto key = frugal::hash_key(std::string_view(q.text));
     if (exact.get(key)) {
       ++r.baseline_hits;
+      ++k.baseline_hits;
       base_ledger.record_cache_hit(base_tag);
     } else {
       base_ledger.record_batch({.tag = base_tag, .device = 0, .busy = model});
@@ -172,10 +189,14 @@ run_result replay(const std::vector<request>& reqs, const std::map<std::string, 
     if (const auto hit = sem.get(e, key)) {
       if (hit->match == frugal::semantic_match::exact) {
         ++r.exact_hits;
+        ++k.exact_hits;
         sem_ledger.record_cache_hit(sem_tag);
       } else {
         ++r.semantic_hits;
-        r.wrong += hit->value->intent != q.intent;
+        ++k.semantic_hits;
+        const bool wrong = hit->value->intent != q.intent;
+        r.wrong += wrong;
+        k.wrong += wrong;
         sem_ledger.record_semantic_hit(sem_tag);
       }
     } else {
@@ -288,6 +309,18 @@ int main(int argc, char** argv) {
           e.busy_cost.to_string().c_str(), net.to_string().c_str());
       md << line;
     }
+  }
+  const auto r = replay(edited, vec, frugal::semantic_default_threshold, model, embed, lo);
+  md << "\nThe traffic with surface edits at the default threshold, by edit (the tokenizer is uncased, so a "
+        "lower-cased request has the same tokens and embedding as the original):\n\n"
+     << "| request | requests | exact cache hits | semantic cache hits | of them semantic, right / all |\n"
+     << "|---|---:|---:|---:|---:|\n";
+  for (std::size_t e = 0; e <= edit_kinds; ++e) {
+    const counts& k = r.by_edit[e];
+    const double q = k.requests ? double(k.requests) : 1.0;
+    md << "| " << (e == edit_kinds ? "as in the fixture" : edit_names[e]) << " | " << k.requests << " | "
+       << pct(double(k.baseline_hits) / q) << " | " << pct(double(k.exact_hits + k.semantic_hits) / q) << " | "
+       << k.semantic_hits - k.wrong << " / " << k.semantic_hits << " |\n";
   }
   md << "\nThe ledger books a semantic hit's saving whether it was right or not: a wrong hit saved the model "
         "call and returned another intent's answer. Precision is counted against the fixture's labels, so "
