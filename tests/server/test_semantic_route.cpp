@@ -9,6 +9,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "../support/process.hpp"
@@ -183,6 +184,48 @@ TEST_CASE("semantic route: bad input gets a 4xx status and a JSON error naming t
         "frugal_semantic_cache_lookups_total{result=\"exact\"}", "frugal_batches_total{feature=\"embed\"}",
         "frugal_batches_total{feature=\"answer\"}"})
     CHECK(metric(m1, s) == metric(m0, s));
+}
+
+TEST_CASE("semantic route: concurrent requests each get one answer, the one computed for their question") {
+  if (!have_model()) return;
+  auto c0 = server().client();
+  const std::string m0 = get(c0, "/v1/semantic/metrics");
+  const std::vector<std::string> questions = {"Can I return a gift without a receipt?",
+                                              "What are your opening hours on Sunday?",
+                                              "Do you ship to Canada?"};
+  constexpr int threads = 4, each = 6;
+  std::vector<std::vector<json>> got(threads);
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t)
+    pool.emplace_back([&, t] {
+      auto c = server().client();
+      for (int i = 0; i < each; ++i) {
+        const std::string& q = questions[std::size_t(t + i) % questions.size()];
+        const auto r = c.Post("/v1/semantic/answer", json{{"input", q}}.dump(), "application/json");
+        got[std::size_t(t)].push_back(r && r->status == 200 ? json::parse(r->body) : json());
+      }
+    });
+  for (auto& th : pool) th.join();
+  for (int t = 0; t < threads; ++t)
+    for (int i = 0; i < each; ++i) {
+      const json& a = got[std::size_t(t)][std::size_t(i)];
+      REQUIRE(a.is_object());
+      const std::string& q = questions[std::size_t(t + i) % questions.size()];
+      CHECK(a["answer"] == "stand-in answer to: " + q);
+      CHECK(a["cache"] != "semantic");  // the three questions are far apart
+    }
+  const std::string m1 = get(c0, "/v1/semantic/metrics");
+  const auto delta = [&](const std::string& series) { return metric(m1, series) - metric(m0, series); };
+  const double lookups = delta("frugal_semantic_cache_lookups_total{result=\"exact\"}") +
+                         delta("frugal_semantic_cache_lookups_total{result=\"semantic\"}") +
+                         delta("frugal_semantic_cache_lookups_total{result=\"miss\"}");
+  CHECK(lookups == threads * each);
+  CHECK(delta("frugal_requests_total{feature=\"answer\",outcome=\"ok\"}") == threads * each);
+  // Each question reaches the model at least once, and at most once per thread that missed it at the same
+  // time.
+  const double calls = delta("frugal_batches_total{feature=\"answer\"}");
+  CHECK(calls >= 3);
+  CHECK(calls <= 3 * threads);
 }
 
 TEST_CASE("semantic route: without the bearer token a request gets 401 and never reaches the model") {
