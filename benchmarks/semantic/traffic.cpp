@@ -319,8 +319,8 @@ int main(int argc, char** argv) {
     const counts& k = r.by_edit[e];
     const double q = k.requests ? double(k.requests) : 1.0;
     md << "| " << (e == edit_kinds ? "as in the fixture" : edit_names[e]) << " | " << k.requests << " | "
-       << pct(double(k.baseline_hits) / q) << " | " << pct(double(k.exact_hits + k.semantic_hits) / q) << " | "
-       << k.semantic_hits - k.wrong << " / " << k.semantic_hits << " |\n";
+       << pct(double(k.baseline_hits) / q) << " | " << pct(double(k.exact_hits + k.semantic_hits) / q)
+       << " | " << k.semantic_hits - k.wrong << " / " << k.semantic_hits << " |\n";
   }
   md << "\nThe ledger books a semantic hit's saving whether it was right or not: a wrong hit saved the model "
         "call and returned another intent's answer. Precision is counted against the fixture's labels, so "
