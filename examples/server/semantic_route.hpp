@@ -165,36 +165,44 @@ class semantic_route {
       if (!n->is_string()) return reply_error(res, 400, "'namespace' must be a string", "namespace");
       ns = n->get<std::string>();
     }
-    const auto t0 = clock::now();
-    const auto e = embed_(text);
-    if (!e) {
-      res.set_header("Retry-After", "1");
-      return reply_error(res, 503, "the model is loading or the server is shutting down", nullptr,
-                         "server_error");
+    // An embedding of another dimension than the cache's (another model) or a failed put: a 500, booked.
+    try {
+      const auto t0 = clock::now();
+      const auto e = embed_(text);
+      if (!e) {
+        res.set_header("Retry-After", "1");
+        return reply_error(res, 503, "the model is loading or the server is shutting down", nullptr,
+                           "server_error");
+      }
+      ledger_.record_batch({.tag = embed_tag_,
+                            .device = 1,
+                            .busy = std::chrono::duration_cast<std::chrono::nanoseconds>(clock::now() - t0)});
+      const frugal::key128 key = frugal::hash_key(std::string_view(ns), std::string_view(text));
+      json out;
+      if (const auto hit = cache_.get(*e, key, ns)) {
+        const bool exact = hit->match == frugal::semantic_match::exact;
+        if (exact)
+          ledger_.record_cache_hit(answer_tag_);
+        else
+          ledger_.record_semantic_hit(answer_tag_);
+        out = {{"answer", hit->value->answer},
+               {"cache", exact ? "exact" : "semantic"},
+               {"similarity", hit->similarity},
+               {"answered_for", hit->value->question}};
+      } else {
+        std::string a = expensive_model(text);
+        out = {{"answer", a}, {"cache", "miss"}, {"similarity", nullptr}, {"answered_for", text}};
+        cache_.put(*e, key, cached{std::move(a), text}, ns);
+      }
+      ledger_.record_request(answer_tag_,
+                             std::chrono::duration_cast<std::chrono::nanoseconds>(clock::now() - start));
+      res.set_content(out.dump(), "application/json");
+    } catch (const std::exception& ex) {
+      ledger_.record_request(answer_tag_,
+                             std::chrono::duration_cast<std::chrono::nanoseconds>(clock::now() - start),
+                             frugal::cost::outcome::error);
+      reply_error(res, 500, std::string("the semantic route failed: ") + ex.what(), nullptr, "server_error");
     }
-    ledger_.record_batch({.tag = embed_tag_,
-                          .device = 1,
-                          .busy = std::chrono::duration_cast<std::chrono::nanoseconds>(clock::now() - t0)});
-    const frugal::key128 key = frugal::hash_key(std::string_view(ns), std::string_view(text));
-    json out;
-    if (const auto hit = cache_.get(*e, key, ns)) {
-      const bool exact = hit->match == frugal::semantic_match::exact;
-      if (exact)
-        ledger_.record_cache_hit(answer_tag_);
-      else
-        ledger_.record_semantic_hit(answer_tag_);
-      out = {{"answer", hit->value->answer},
-             {"cache", exact ? "exact" : "semantic"},
-             {"similarity", hit->similarity},
-             {"answered_for", hit->value->question}};
-    } else {
-      std::string a = expensive_model(text);
-      out = {{"answer", a}, {"cache", "miss"}, {"similarity", nullptr}, {"answered_for", text}};
-      cache_.put(*e, key, cached{std::move(a), text}, ns);
-    }
-    ledger_.record_request(answer_tag_,
-                           std::chrono::duration_cast<std::chrono::nanoseconds>(clock::now() - start));
-    res.set_content(out.dump(), "application/json");
   }
 
   std::string metrics() {
