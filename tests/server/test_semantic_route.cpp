@@ -4,8 +4,10 @@
 #include <signal.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -130,6 +132,14 @@ TEST_CASE(
   CHECK(delta("frugal_semantic_cache_lookups_total{result=\"semantic\"}") == 1);
   CHECK(delta("frugal_semantic_cache_lookups_total{result=\"miss\"}") == 3);
   CHECK(delta("frugal_batches_total{feature=\"embed\"}") == 5);
+
+  if (std::filesystem::exists(
+          FRUGAL_PROMTOOL)) {  // the route's exposition is valid, by Prometheus' own checker
+    const std::string path = std::filesystem::temp_directory_path() / "frugal_semantic_route.prom";
+    std::ofstream(path) << m1;
+    CHECK(std::system((std::string(FRUGAL_PROMTOOL) + " check metrics < " + path).c_str()) == 0);
+    std::filesystem::remove(path);
+  }
 
   const auto field = [](const json& l, std::size_t i, const char* k) {
     const json& v = l["features"][i][k];
