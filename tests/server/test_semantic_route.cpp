@@ -133,8 +133,8 @@ TEST_CASE(
   CHECK(delta("frugal_semantic_cache_lookups_total{result=\"miss\"}") == 3);
   CHECK(delta("frugal_batches_total{feature=\"embed\"}") == 5);
 
-  if (std::filesystem::exists(
-          FRUGAL_PROMTOOL)) {  // the route's exposition is valid, by Prometheus' own checker
+  // The route's exposition is valid, by Prometheus' own checker.
+  if (std::filesystem::exists(FRUGAL_PROMTOOL)) {
     const std::string path = std::filesystem::temp_directory_path() / "frugal_semantic_route.prom";
     std::ofstream(path) << m1;
     CHECK(std::system((std::string(FRUGAL_PROMTOOL) + " check metrics < " + path).c_str()) == 0);
