@@ -135,7 +135,8 @@ TEST_CASE(
 
   // The route's exposition is valid, by Prometheus' own checker.
   if (std::filesystem::exists(FRUGAL_PROMTOOL)) {
-    const std::string path = std::filesystem::temp_directory_path() / "frugal_semantic_route.prom";
+    const std::string path = std::filesystem::temp_directory_path() /
+                             ("frugal_semantic_route." + std::to_string(::getpid()) + ".prom");
     std::ofstream(path) << m1;
     CHECK(std::system((std::string(FRUGAL_PROMTOOL) + " check metrics < " + path).c_str()) == 0);
     std::filesystem::remove(path);
