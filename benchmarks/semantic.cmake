@@ -8,4 +8,9 @@ if(TARGET frugal::semantic AND TARGET frugal::wordpiece AND TARGET frugal::safet
                        FRUGAL_FIXTURE_DIR="${PROJECT_SOURCE_DIR}/tests/semantic/fixtures"
                        FRUGAL_BENCH_RESULTS_DIR="${CMAKE_CURRENT_SOURCE_DIR}/semantic/results")
   target_include_directories(bench_semantic PRIVATE "${PROJECT_SOURCE_DIR}/tests/semantic")
+  frugal_add_benchmark(bench_semantic_traffic SOURCES semantic/traffic.cpp LIBS frugal::semantic frugal_example_bert
+                       DEFINES FRUGAL_MODEL_DIR="${FRUGAL_MODEL_DIR}"
+                       FRUGAL_FIXTURE_DIR="${PROJECT_SOURCE_DIR}/tests/semantic/fixtures"
+                       FRUGAL_BENCH_RESULTS_DIR="${CMAKE_CURRENT_SOURCE_DIR}/semantic/results")
+  target_include_directories(bench_semantic_traffic PRIVATE "${PROJECT_SOURCE_DIR}/tests/semantic")
 endif()

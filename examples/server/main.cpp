@@ -6,6 +6,8 @@
 //                 [--model-threads N] [--token-file FILE] [--export-dir DIR] [--hourly-usd X]
 //                 [--redis HOST:PORT]  (a shared result tier for replicas; password from
 //                 FRUGAL_REDIS_PASSWORD)
+//                 [--semantic] [--semantic-threshold X] [--semantic-entries N] [--semantic-model-ms X]
+//                 [--semantic-gpu-usd X]  (POST /v1/semantic/answer, see semantic_route.hpp)
 //
 // The bearer token is read from --token-file or the environment variable FRUGAL_SERVER_TOKEN, never
 // from the command line (it would show in ps) and never logged. SIGTERM or SIGINT stops accepting,
@@ -100,6 +102,7 @@ int main(int argc, char** argv) {
         if (colon == std::string::npos || colon == 0)
           throw std::invalid_argument("--redis must be HOST:PORT, not \"" + o.redis + "\"");
         (void)count_of("--redis's port", o.redis.substr(colon + 1), 1, 65535);
+      } else if (server::semantic_flag(o.semantic, a, value)) {
       } else if (a == "--hourly-usd")
         o.hourly_usd = value();
       else if (a == "--token-file") {

@@ -34,6 +34,8 @@
 // After Eigen: httplib pulls in OpenSSL's headers, whose macros break Eigen's if they come first.
 #include <httplib.h>
 
+#include "semantic_route.hpp"
+
 namespace server {
 
 using json = nlohmann::json;
@@ -66,6 +68,7 @@ struct options {
       redis;  ///< HOST:PORT of a shared result tier (empty: none); password from FRUGAL_REDIS_PASSWORD
   std::string gpu_name = "cpu";
   std::string hourly_usd = "0.50";
+  semantic_route_options semantic{};  ///< POST /v1/semantic/answer (semantic_route.hpp)
 };
 
 /// @brief Compares two strings in time that depends only on their lengths (for the bearer token).
@@ -141,6 +144,15 @@ class app {
     } else if (o.cache_entries) {
       cache_.emplace(frugal::lru_cache<std::vector<float>>::options{.max_entries = o.cache_entries});
     }
+    if (o.semantic.enabled)
+      semantic_ = std::make_unique<semantic_route>(
+          o.semantic, o.hourly_usd,
+          [this](const std::string& t) -> std::optional<std::vector<float>> {
+            if (!ready_ || draining_) return std::nullopt;
+            const auto ids = model_->tokenize(t);
+            return std::move(model_->encode(std::span(&ids, 1))[0]);
+          },
+          [this](const httplib::Request& req, httplib::Response& res) { return authorized(req, res); });
   }
 
   /// @brief Loads the model and warms it up; /readyz answers 200 from then on.
@@ -192,6 +204,7 @@ class app {
     });
     http.Post("/v1/embeddings",
               [this](const httplib::Request& req, httplib::Response& res) { embeddings(req, res); });
+    if (semantic_) semantic_->routes(http);
     // 413 for bodies over the limit, and an OpenAI-shaped error for every status httplib sets itself.
     http.set_error_handler([](const httplib::Request&, httplib::Response& res) {
       if (!res.body.empty()) return;
@@ -552,6 +565,7 @@ class app {
   std::atomic<double> cpu_utilization_{0};
   std::atomic<std::uint64_t> accepted_{0}, answered_{0};
   std::jthread worker_, sampler_;
+  std::unique_ptr<semantic_route> semantic_;  // last: destroyed first, it calls into model_
 };
 
 }  // namespace server

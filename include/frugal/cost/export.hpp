@@ -179,6 +179,18 @@ inline std::string to_prometheus(const ledger_snapshot& s) {
            "Shared-tier faults that fell back to the model, by feature.");
   for (const auto& t : s.tags)
     w.sample("frugal_remote_faults_total", feature(t), std::to_string(t.remote_faults));
+  w.family("frugal_semantic_hits_total", "counter",
+           "Of the cache hits, those a semantic cache answered from a similar input, by feature.");
+  for (const auto& t : s.tags)
+    w.sample("frugal_semantic_hits_total", feature(t), std::to_string(t.semantic_hits));
+  w.family("frugal_semantic_saved_seconds", "gauge",
+           "Of the GPU time the cache saved, what semantic hits saved (estimated), by feature.");
+  for (const auto& t : s.tags)
+    w.sample("frugal_semantic_saved_seconds", feature(t), seconds(t.semantic_saved_time));
+  w.family("frugal_semantic_saved_" + cur, "gauge",
+           "Of the money the cache saved, what semantic hits saved (estimated), by feature.");
+  for (const auto& t : s.tags)
+    w.sample("frugal_semantic_saved_" + cur, feature(t), t.semantic_saved.to_decimal());
   w.family("frugal_cache_saved_seconds", "gauge", "GPU time the cache saved (estimated), by feature.");
   for (const auto& t : s.tags)
     w.sample("frugal_cache_saved_seconds", feature(t), seconds(t.cache_saved_time));
@@ -248,7 +260,8 @@ inline std::string to_prometheus(const ledger_snapshot& s) {
 /// busy_cost, overhead_cost, idle_cost, unallocated_idle, utilization, idle_sharing, features[] and total
 /// (each: name, requests, outcomes{}, batches, batched_items, tokens_in, tokens_out, busy_seconds, busy_cost,
 /// idle_share, cost, cost_per_request, mean_batch_size, fill, cache_hits, cache_hit_ratio,
-/// cache_saved_seconds, cache_saved, batch_model{valid,a_seconds,b_seconds}, batching_saved_seconds,
+/// cache_saved_seconds, cache_saved, semantic_hits, semantic_saved_seconds, semantic_saved,
+/// batch_model{valid,a_seconds,b_seconds}, batching_saved_seconds,
 /// batching_saved, latency_seconds{p50,p90,p99, p999}), devices[] (name, gpu_class, billing, hourly_price,
 /// busy_seconds, load_seconds, idle_seconds, utilization, paid, busy_cost, overhead_cost, idle_cost,
 /// model_loads, model_unloads, memory_fraction), queue{depth,limit} or null, alerts[] (check, subject, value,
@@ -276,6 +289,9 @@ inline std::string to_json(const ledger_snapshot& s) {
          detail::json_num(std::chrono::duration<double>(t.remote_latency).count()) +
          ",\"remote_faults\":" + std::to_string(t.remote_faults) +
          ",\"cache_saved_seconds\":" + sec(t.cache_saved_time) + ",\"cache_saved\":" + m(t.cache_saved) +
+         ",\"semantic_hits\":" + std::to_string(t.semantic_hits) +
+         ",\"semantic_saved_seconds\":" + sec(t.semantic_saved_time) +
+         ",\"semantic_saved\":" + m(t.semantic_saved) +
          ",\"batch_model\":{\"valid\":" + (t.model.valid ? "true" : "false") +
          ",\"a_seconds\":" + detail::json_num(t.model.a_ns / 1e9) +
          ",\"b_seconds\":" + detail::json_num(t.model.b_ns / 1e9) +

@@ -298,6 +298,26 @@ class ledger {
     s.add(tag.value * stride_ + detail::f_saved_explicit, static_cast<std::uint64_t>(saved.count()));
   }
 
+  /// @brief Records a semantic cache hit (a similar input's result, not an identical one's) that saved what
+  /// an average miss of this tag costs: a cache hit, counted apart as semantic.
+  void record_semantic_hit(tag_id tag) {
+    check_tag(tag, "record_semantic_hit");
+    detail::stripe& s = local_stripe();
+    s.add(tag.value * stride_ + detail::f_hits_implicit, 1);
+    s.add(tag.value * stride_ + detail::f_semantic_hits_implicit, 1);
+  }
+  /// @brief Records a semantic cache hit that saved `saved` of GPU time.
+  void record_semantic_hit(tag_id tag, std::chrono::nanoseconds saved) {
+    check_tag(tag, "record_semantic_hit");
+    check_duration(saved, "record_semantic_hit", "saved");
+    detail::stripe& s = local_stripe();
+    const auto ns = static_cast<std::uint64_t>(saved.count());
+    s.add(tag.value * stride_ + detail::f_hits_explicit, 1);
+    s.add(tag.value * stride_ + detail::f_saved_explicit, ns);
+    s.add(tag.value * stride_ + detail::f_semantic_hits_explicit, 1);
+    s.add(tag.value * stride_ + detail::f_semantic_saved_explicit, ns);
+  }
+
   /// @brief Records a hit in a shared cache tier (e.g. Redis) that took `latency`: a cache hit that saved
   /// an average miss of this tag, counted apart as a remote hit with its latency.
   void record_remote_hit(tag_id tag, std::chrono::nanoseconds latency) {

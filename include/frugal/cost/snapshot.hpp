@@ -118,6 +118,11 @@ struct tag_figures {
   std::uint64_t remote_hits = 0;                ///< of cache_hits, those served by a shared tier (Redis)
   std::chrono::nanoseconds remote_latency{0};   ///< summed latency of those remote hits
   std::uint64_t remote_faults = 0;              ///< shared-tier faults that fell back to the model
+  /// Of cache_hits, those a semantic cache answered from a similar, not identical, input; exact hits are
+  /// cache_hits − semantic_hits. Their saving is part of cache_saved, priced at the same rate.
+  std::uint64_t semantic_hits = 0;
+  std::chrono::nanoseconds semantic_saved_time{0};
+  money semantic_saved{};
   batch_model model{};
   std::chrono::nanoseconds batching_saved_time{0};  ///< b·(items − batches): fixed costs not paid per request
   money batching_saved{};
@@ -163,6 +168,9 @@ enum field : std::size_t {
   f_remote_hits,
   f_remote_latency_sum,
   f_remote_faults,
+  f_semantic_hits_explicit,
+  f_semantic_saved_explicit,
+  f_semantic_hits_implicit,
   f_fixed_count,
 };
 enum device_field : std::size_t { d_load, d_loads, d_unloads, d_field_count };
@@ -312,6 +320,13 @@ inline void count_figures(tag_figures& t, const std::array<std::uint64_t, f_fixe
   t.remote_hits = c[f_remote_hits];
   t.remote_latency = ns_of(c[f_remote_latency_sum]);
   t.remote_faults = c[f_remote_faults];
+  t.semantic_hits = c[f_semantic_hits_explicit] + c[f_semantic_hits_implicit];
+  const std::uint64_t semantic_implicit =
+      c[f_items] ? static_cast<std::uint64_t>(
+                       div_half_even(int128(c[f_busy]) * c[f_semantic_hits_implicit], int128(c[f_items])))
+                 : 0;
+  t.semantic_saved_time = ns_of(c[f_semantic_saved_explicit] + semantic_implicit);
+  t.semantic_saved = money::from_nanos(0, cur);
   t.model = fit_batch_model(c);
   // With least squares the residuals sum to zero, so the busy time paid equals a·items + b·batches, and
   // running each request alone, items·(a + b), would have cost b·(items − batches) more.
@@ -455,6 +470,15 @@ inline ledger_snapshot derive(std::shared_ptr<const ledger_config> cfg, raw_stat
   }
   tot.cost = s.total_cost;
   tot.cost_per_request = tot.requests ? tot.cost.divided_by(static_cast<std::int64_t>(tot.requests)) : zero;
+
+  // Semantic hits are a share of the cache's hits: their saving is that share of cache_saved.
+  tot.semantic_saved_time = nanoseconds(0);
+  for (tag_figures& t : s.tags) {
+    t.semantic_saved = price_share(t.cache_saved, static_cast<std::uint64_t>(t.semantic_saved_time.count()),
+                                   static_cast<std::uint64_t>(t.cache_saved_time.count()));
+    tot.semantic_saved += t.semantic_saved;
+    tot.semantic_saved_time += t.semantic_saved_time;
+  }
 
   const thresholds& th = k.alerts;
   if (th.enabled) {
