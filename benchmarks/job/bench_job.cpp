@@ -1,6 +1,8 @@
 // frugal::job with all-MiniLM-L6-v2: what checkpoints cost, and what a preemption costs.
 //
 //   bench_job [--records N] [--rounds R] [--kills K] [--precision P] [--corpus FILE] [--dir DIR]
+//   bench_job --table --rate R --redo-s S --checkpoint-ms C [--restart-s 120] [--preemptions-per-hour 0.5]
+//             [--every 1000] [--job-records 1e6] [--on-demand 0.40] [--discount 0.70]
 //
 // 1. Throughput of one corpus job with no checkpoint but the final one, against checkpoints every 1,000
 //    records and every 10 s (time-based), in R interleaved rounds (none, 1k, 10 s, none, ...): the overhead
@@ -29,47 +31,12 @@
 #include <vector>
 
 #include "bert.hpp"
+#include "corpus.hpp"
 
 namespace {
 
 using clock_type = std::chrono::steady_clock;
 double secs(clock_type::duration d) { return std::chrono::duration<double>(d).count(); }
-
-std::vector<std::string> read_fortunes(const std::string& dir) {
-  std::vector<std::filesystem::path> files;
-  std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator(dir, ec))
-    if (e.is_regular_file() && !e.path().has_extension()) files.push_back(e.path());
-  std::sort(files.begin(), files.end());
-  std::vector<std::string> out;
-  for (const auto& p : files) {
-    std::ifstream f(p);
-    std::string cur;
-    for (std::string l; std::getline(f, l);) {
-      if (l == "%") {
-        if (!cur.empty()) out.push_back(cur);
-        cur.clear();
-      } else {
-        cur += (cur.empty() ? "" : " ") + l;
-      }
-    }
-    if (!cur.empty()) out.push_back(cur);
-  }
-  return out;
-}
-
-std::vector<std::string> synthetic(std::size_t n) {
-  std::mt19937 rng(7);
-  const char* words[] = {"spot", "instance", "checkpoint", "resume", "batch", "model", "cheap", "gpu", "token", "cache"};
-  std::vector<std::string> out;
-  for (std::size_t i = 0; i < n; ++i) {
-    std::string t;
-    const int len = 3 + int(rng() % 12);
-    for (int w = 0; w < len; ++w) t += std::string(w ? " " : "") + words[rng() % 10];
-    out.push_back(t);
-  }
-  return out;
-}
 
 struct config {
   std::size_t records = 2000, rounds = 3, kills = 8;
@@ -112,9 +79,61 @@ std::uint64_t lines_after(const std::string& path, std::uint64_t offset) {
   return n;
 }
 
+// The cost table: a corpus job priced on-demand, on spot restarting from zero at each preemption, and on
+// spot with checkpoints, by cost::advise_spot, from a measured throughput, redo per preemption and
+// checkpoint cost and an assumed preemption rate, prices and restart time.
+int cost_table(int argc, char** argv) {
+  namespace fc = frugal::cost;
+  double rate = 0, redo_s = 0, checkpoint_ms = 0, restart_s = 120, per_hour = 0.5, every = 1000;
+  double records = 1e6, on_demand = 0.40, discount = 0.70;
+  for (int i = 2; i + 1 < argc; i += 2) {
+    const std::string a = argv[i];
+    const double v = std::stod(argv[i + 1]);
+    if (a == "--rate") rate = v;
+    else if (a == "--redo-s") redo_s = v;
+    else if (a == "--checkpoint-ms") checkpoint_ms = v;
+    else if (a == "--restart-s") restart_s = v;
+    else if (a == "--preemptions-per-hour") per_hour = v;
+    else if (a == "--every") every = v;
+    else if (a == "--job-records") records = v;
+    else if (a == "--on-demand") on_demand = v;
+    else if (a == "--discount") discount = v;
+    else throw std::invalid_argument("--table: unknown flag " + a);
+  }
+  if (!(rate > 0)) throw std::invalid_argument("--table needs --rate (measured records/s)");
+  auto ns = [](double s) { return std::chrono::nanoseconds(std::llround(s * 1e9)); };
+  const auto od = fc::rate::per_hour(fc::money::from_nanos(std::llround(on_demand * 1e9)));
+  const auto spot = fc::rate::per_hour(fc::money::from_nanos(std::llround(on_demand * (1 - discount) * 1e9)));
+  const auto length = ns(records / rate);
+  const fc::spot_job base{.length = length, .on_demand = od, .spot = spot, .preemptions_per_hour = per_hour,
+                          .checkpoint_interval = length, .restart_overhead = ns(restart_s)};
+  const fc::spot_advice none = fc::advise_spot(base);
+  fc::spot_job with = base;
+  with.checkpoint_interval = ns(every / rate);
+  with.checkpoint_cost = ns(checkpoint_ms / 1e3);
+  with.redo_per_preemption = ns(redo_s);
+  const fc::spot_advice ck = fc::advise_spot(with);
+  std::printf("job: %.0f records at %.1f records/s = %.2f h; on-demand $%.2f/h, spot %.0f%% off ($%.3f/h); %.2f "
+              "preemptions/h; restart %.1f s; checkpoints every %.0f records (%.2f ms each), %.2f s redone per "
+              "preemption\n\n",
+              records, rate, double(length.count()) / 3.6e12, on_demand, discount * 100, on_demand * (1 - discount),
+              per_hour, restart_s, every, checkpoint_ms, redo_s);
+  std::printf("| billing | expected hours | expected preemptions | cost | vs on-demand | spot price ceiling |\n"
+              "|---|---:|---:|---:|---:|---:|\n");
+  std::printf("| on-demand | %.2f | 0 | %s | 1.00x | |\n", double(length.count()) / 3.6e12,
+              none.on_demand_cost.to_string().c_str());
+  for (const auto& [name, a] : {std::pair<const char*, const fc::spot_advice&>{"spot, no checkpoints (restart from zero)", none},
+                                {"spot, checkpoints", ck}})
+    std::printf("| %s | %.2f | %.2f | %s | %.2fx | %s/h |\n", name, double(a.expected_spot_time.count()) / 3.6e12,
+                a.expected_preemptions, a.expected_spot_cost.to_string().c_str(),
+                a.expected_spot_cost.to_double() / a.on_demand_cost.to_double(), a.price_ceiling.to_string().c_str());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) try {
+  if (argc > 1 && std::string(argv[1]) == "--table") return cost_table(argc, argv);
   config c;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i], v = argv[i + 1];
@@ -130,9 +149,9 @@ int main(int argc, char** argv) try {
   const char* env = std::getenv("FRUGAL_MODEL_DIR");
   const std::string model = env && *env ? env : FRUGAL_MODEL_DIR;
 
-  std::vector<std::string> texts = read_fortunes(c.corpus.empty() ? "/usr/share/games/fortunes" : c.corpus);
+  std::vector<std::string> texts = batch_job::read_fortunes(c.corpus.empty() ? "/usr/share/games/fortunes" : c.corpus);
   const std::string corpus_name = texts.empty() ? "synthetic sentences" : "Debian fortunes";
-  if (texts.empty()) texts = synthetic(c.records);
+  if (texts.empty()) texts = batch_job::synthetic_sentences(c.records);
   while (texts.size() < c.records) texts.insert(texts.end(), texts.begin(), texts.end());
   texts.resize(c.records);
   std::filesystem::create_directories(c.dir);

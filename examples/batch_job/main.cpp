@@ -45,6 +45,7 @@
 #include <vector>
 
 #include "../models/flags.hpp"
+#include "corpus.hpp"
 #ifdef FRUGAL_BATCH_JOB_BERT
 #  include "../models/bert.hpp"
 #endif
@@ -215,44 +216,12 @@ int write_corpus(const std::string& path, const std::vector<std::string>& texts,
 }
 
 int generate(std::uint64_t n, const std::string& path) {
-  std::mt19937 rng(7);
-  const char* words[] = {"spot",  "instance", "checkpoint", "resume", "batch",
-                         "model", "cheap",    "gpu",        "token",  "cache"};
-  std::vector<std::string> texts;
-  for (std::uint64_t i = 0; i < n; ++i) {
-    std::string text;
-    const int len = 3 + int(rng() % 12);
-    for (int w = 0; w < len; ++w) text += std::string(w ? " " : "") + words[rng() % 10];
-    texts.push_back(std::move(text));
-  }
-  return write_corpus(path, texts, "r");
+  return write_corpus(path, batch_job::synthetic_sentences(n), "r");
 }
 
-// Every fortune of every plain file in `dir` (the strfile sources: fortunes separated by "%" lines), in
-// file-name order, `repeat` times over; ids are "f0", "f1", ...
+// Every fortune in `dir`, `repeat` times over; ids are "f0", "f1", ...
 int fortunes(const std::string& dir, const std::string& path, std::uint64_t repeat) {
-  std::vector<std::filesystem::path> files;
-  std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator(dir, ec))
-    if (e.is_regular_file() && !e.path().has_extension()) files.push_back(e.path());
-  if (ec) {
-    std::fprintf(stderr, "frugal_batch_job: --fortunes %s: %s\n", dir.c_str(), ec.message().c_str());
-    return 74;
-  }
-  std::sort(files.begin(), files.end());
-  std::vector<std::string> one;
-  for (const auto& p : files) {
-    std::string cur;
-    for (const std::string& l : read_lines(p.string())) {
-      if (l == "%") {
-        if (!cur.empty()) one.push_back(cur);
-        cur.clear();
-      } else {
-        cur += (cur.empty() ? "" : " ") + l;
-      }
-    }
-    if (!cur.empty()) one.push_back(cur);
-  }
+  const std::vector<std::string> one = batch_job::read_fortunes(dir);
   if (one.empty()) {
     std::fprintf(stderr, "frugal_batch_job: --fortunes %s: no fortunes found\n", dir.c_str());
     return 74;
