@@ -23,8 +23,8 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <frugal/job.hpp>
+#include <fstream>
 #include <random>
 #include <string>
 #include <thread>
@@ -54,8 +54,8 @@ frugal::job::batch_function embedder(const bert::encoder& enc) {
   };
 }
 
-frugal::job::options job_options(const std::string& dir, const std::string& input, std::uint64_t every_records,
-                                 std::chrono::nanoseconds every) {
+frugal::job::options job_options(const std::string& dir, const std::string& input,
+                                 std::uint64_t every_records, std::chrono::nanoseconds every) {
   return {.name = "bench",
           .input = input,
           .output = dir + "/out.jsonl",
@@ -89,44 +89,62 @@ int cost_table(int argc, char** argv) {
   for (int i = 2; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     const double v = std::stod(argv[i + 1]);
-    if (a == "--rate") rate = v;
-    else if (a == "--redo-s") redo_s = v;
-    else if (a == "--checkpoint-ms") checkpoint_ms = v;
-    else if (a == "--restart-s") restart_s = v;
-    else if (a == "--preemptions-per-hour") per_hour = v;
-    else if (a == "--every") every = v;
-    else if (a == "--job-records") records = v;
-    else if (a == "--on-demand") on_demand = v;
-    else if (a == "--discount") discount = v;
-    else throw std::invalid_argument("--table: unknown flag " + a);
+    if (a == "--rate")
+      rate = v;
+    else if (a == "--redo-s")
+      redo_s = v;
+    else if (a == "--checkpoint-ms")
+      checkpoint_ms = v;
+    else if (a == "--restart-s")
+      restart_s = v;
+    else if (a == "--preemptions-per-hour")
+      per_hour = v;
+    else if (a == "--every")
+      every = v;
+    else if (a == "--job-records")
+      records = v;
+    else if (a == "--on-demand")
+      on_demand = v;
+    else if (a == "--discount")
+      discount = v;
+    else
+      throw std::invalid_argument("--table: unknown flag " + a);
   }
   if (!(rate > 0)) throw std::invalid_argument("--table needs --rate (measured records/s)");
   auto ns = [](double s) { return std::chrono::nanoseconds(std::llround(s * 1e9)); };
   const auto od = fc::rate::per_hour(fc::money::from_nanos(std::llround(on_demand * 1e9)));
   const auto spot = fc::rate::per_hour(fc::money::from_nanos(std::llround(on_demand * (1 - discount) * 1e9)));
   const auto length = ns(records / rate);
-  const fc::spot_job base{.length = length, .on_demand = od, .spot = spot, .preemptions_per_hour = per_hour,
-                          .checkpoint_interval = length, .restart_overhead = ns(restart_s)};
+  const fc::spot_job base{.length = length,
+                          .on_demand = od,
+                          .spot = spot,
+                          .preemptions_per_hour = per_hour,
+                          .checkpoint_interval = length,
+                          .restart_overhead = ns(restart_s)};
   const fc::spot_advice none = fc::advise_spot(base);
   fc::spot_job with = base;
   with.checkpoint_interval = ns(every / rate);
   with.checkpoint_cost = ns(checkpoint_ms / 1e3);
   with.redo_per_preemption = ns(redo_s);
   const fc::spot_advice ck = fc::advise_spot(with);
-  std::printf("job: %.0f records at %.1f records/s = %.2f h; on-demand $%.2f/h, spot %.0f%% off ($%.3f/h); %.2f "
-              "preemptions/h; restart %.1f s; checkpoints every %.0f records (%.2f ms each), %.2f s redone per "
-              "preemption\n\n",
-              records, rate, double(length.count()) / 3.6e12, on_demand, discount * 100, on_demand * (1 - discount),
-              per_hour, restart_s, every, checkpoint_ms, redo_s);
-  std::printf("| billing | expected hours | expected preemptions | cost | vs on-demand | spot price ceiling |\n"
-              "|---|---:|---:|---:|---:|---:|\n");
+  std::printf(
+      "job: %.0f records at %.1f records/s = %.2f h; on-demand $%.2f/h, spot %.0f%% off ($%.3f/h); %.2f "
+      "preemptions/h; restart %.1f s; checkpoints every %.0f records (%.2f ms each), %.2f s redone per "
+      "preemption\n\n",
+      records, rate, double(length.count()) / 3.6e12, on_demand, discount * 100, on_demand * (1 - discount),
+      per_hour, restart_s, every, checkpoint_ms, redo_s);
+  std::printf(
+      "| billing | expected hours | expected preemptions | cost | vs on-demand | spot price ceiling |\n"
+      "|---|---:|---:|---:|---:|---:|\n");
   std::printf("| on-demand | %.2f | 0 | %s | 1.00x | |\n", double(length.count()) / 3.6e12,
               none.on_demand_cost.to_string().c_str());
-  for (const auto& [name, a] : {std::pair<const char*, const fc::spot_advice&>{"spot, no checkpoints (restart from zero)", none},
-                                {"spot, checkpoints", ck}})
-    std::printf("| %s | %.2f | %.2f | %s | %.2fx | %s/h |\n", name, double(a.expected_spot_time.count()) / 3.6e12,
-                a.expected_preemptions, a.expected_spot_cost.to_string().c_str(),
-                a.expected_spot_cost.to_double() / a.on_demand_cost.to_double(), a.price_ceiling.to_string().c_str());
+  for (const auto& [name, a] :
+       {std::pair<const char*, const fc::spot_advice&>{"spot, no checkpoints (restart from zero)", none},
+        {"spot, checkpoints", ck}})
+    std::printf(
+        "| %s | %.2f | %.2f | %s | %.2fx | %s/h |\n", name, double(a.expected_spot_time.count()) / 3.6e12,
+        a.expected_preemptions, a.expected_spot_cost.to_string().c_str(),
+        a.expected_spot_cost.to_double() / a.on_demand_cost.to_double(), a.price_ceiling.to_string().c_str());
   return 0;
 }
 
@@ -137,19 +155,27 @@ int main(int argc, char** argv) try {
   config c;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i], v = argv[i + 1];
-    if (a == "--records") c.records = std::stoul(v);
-    else if (a == "--rounds") c.rounds = std::stoul(v);
-    else if (a == "--kills") c.kills = std::stoul(v);
-    else if (a == "--precision") c.precision = v;
-    else if (a == "--corpus") c.corpus = v;
-    else if (a == "--dir") c.dir = v;
-    else throw std::invalid_argument("unknown flag " + a);
+    if (a == "--records")
+      c.records = std::stoul(v);
+    else if (a == "--rounds")
+      c.rounds = std::stoul(v);
+    else if (a == "--kills")
+      c.kills = std::stoul(v);
+    else if (a == "--precision")
+      c.precision = v;
+    else if (a == "--corpus")
+      c.corpus = v;
+    else if (a == "--dir")
+      c.dir = v;
+    else
+      throw std::invalid_argument("unknown flag " + a);
   }
   if (argc % 2 == 0) throw std::invalid_argument("flags come in pairs: --flag value");
   const char* env = std::getenv("FRUGAL_MODEL_DIR");
   const std::string model = env && *env ? env : FRUGAL_MODEL_DIR;
 
-  std::vector<std::string> texts = batch_job::read_fortunes(c.corpus.empty() ? "/usr/share/games/fortunes" : c.corpus);
+  std::vector<std::string> texts =
+      batch_job::read_fortunes(c.corpus.empty() ? "/usr/share/games/fortunes" : c.corpus);
   const std::string corpus_name = texts.empty() ? "synthetic sentences" : "Debian fortunes";
   if (texts.empty()) texts = batch_job::synthetic_sentences(c.records);
   while (texts.size() < c.records) texts.insert(texts.end(), texts.begin(), texts.end());
@@ -158,7 +184,8 @@ int main(int argc, char** argv) try {
   const std::string input = c.dir + "/corpus.jsonl";
   {
     std::ofstream f(input, std::ios::trunc);
-    for (std::size_t i = 0; i < texts.size(); ++i) f << nlohmann::json{{"id", i}, {"text", texts[i]}}.dump() << "\n";
+    for (std::size_t i = 0; i < texts.size(); ++i)
+      f << nlohmann::json{{"id", i}, {"text", texts[i]}}.dump() << "\n";
   }
 
   const auto l0 = clock_type::now();
@@ -167,8 +194,9 @@ int main(int argc, char** argv) try {
   const auto h0 = clock_type::now();
   (void)frugal::job::identify_input(input);
   const double hash_s = secs(clock_type::now() - h0);
-  std::printf("bench_job: MiniLM %s, 1 thread, %zu records of %s, batch 32; model load %.3f s, input hash %.4f s\n",
-              c.precision.c_str(), c.records, corpus_name.c_str(), load_s, hash_s);
+  std::printf(
+      "bench_job: MiniLM %s, 1 thread, %zu records of %s, batch 32; model load %.3f s, input hash %.4f s\n",
+      c.precision.c_str(), c.records, corpus_name.c_str(), load_s, hash_s);
 
   // 1. Throughput, interleaved.
   struct mode {
@@ -202,11 +230,12 @@ int main(int argc, char** argv) try {
     std::sort(v.begin(), v.end());
     return v[v.size() / 2];
   };
-  std::printf("\n%-20s %12s %12s %14s %12s\n", "checkpoints", "records/s", "checkpoints", "vs none", "overhead");
+  std::printf("\n%-20s %12s %12s %14s %12s\n", "checkpoints", "records/s", "checkpoints", "vs none",
+              "overhead");
   for (const auto& m : modes) {
     const double ratio = median(m.ratio);
-    std::printf("%-20s %12.1f %12llu %13.4fx %11.2f%%\n", m.name, median(m.rate), (unsigned long long)m.checkpoints,
-                ratio, (1 / ratio - 1) * 100);
+    std::printf("%-20s %12.1f %12llu %13.4fx %11.2f%%\n", m.name, median(m.rate),
+                (unsigned long long)m.checkpoints, ratio, (1 / ratio - 1) * 100);
   }
   std::printf("(medians of %zu interleaved rounds; the ratio is each round's against its own \"none\" run)\n",
               c.rounds);
@@ -223,12 +252,14 @@ int main(int argc, char** argv) try {
       f.write_all(block);
       const auto t0 = clock_type::now();
       f.sync();
-      frugal::job::write_checkpoint(run_dir, frugal::job::checkpoint{.job_name = "bench", .records_done = 1000 * i});
+      frugal::job::write_checkpoint(run_dir,
+                                    frugal::job::checkpoint{.job_name = "bench", .records_done = 1000 * i});
       t.push_back(secs(clock_type::now() - t0));
     }
-    std::printf("\none checkpoint (fsync of 1000 results, %.1f MB, then temp file, fsync, rename, dir fsync): "
-                "median %.2f ms, max %.2f ms\n",
-                double(block.size()) / 1e6, median(t) * 1e3, *std::max_element(t.begin(), t.end()) * 1e3);
+    std::printf(
+        "\none checkpoint (fsync of 1000 results, %.1f MB, then temp file, fsync, rename, dir fsync): "
+        "median %.2f ms, max %.2f ms\n",
+        double(block.size()) / 1e6, median(t) * 1e3, *std::max_element(t.begin(), t.end()) * 1e3);
   }
 
   // 3. Redone work per preemption.
@@ -241,7 +272,8 @@ int main(int argc, char** argv) try {
       const pid_t pid = ::fork();
       if (pid == 0) {
         try {
-          frugal::job::runner job(job_options(run_dir, input, 1000, std::chrono::nanoseconds(0)), embedder(enc));
+          frugal::job::runner job(job_options(run_dir, input, 1000, std::chrono::nanoseconds(0)),
+                                  embedder(enc));
           job.run();
           std::_Exit(0);
         } catch (...) {
@@ -267,11 +299,12 @@ int main(int argc, char** argv) try {
     double sum = 0;
     for (double r : redone) sum += r;
     const double rate = median(modes[0].rate);
-    std::printf("\n%zu SIGKILLs at uniform random times (seed 22), checkpoints every 1000 records: redone records "
-                "per preemption mean %.0f, median %.0f, max %.0f; at %.1f records/s that is %.2f s of work, plus "
-                "%.2f s restart (model load + input hash)\n",
-                kills, sum / double(redone.size()), median(redone), *std::max_element(redone.begin(), redone.end()),
-                rate, sum / double(redone.size()) / rate, load_s + hash_s);
+    std::printf(
+        "\n%zu SIGKILLs at uniform random times (seed 22), checkpoints every 1000 records: redone records "
+        "per preemption mean %.0f, median %.0f, max %.0f; at %.1f records/s that is %.2f s of work, plus "
+        "%.2f s restart (model load + input hash)\n",
+        kills, sum / double(redone.size()), median(redone), *std::max_element(redone.begin(), redone.end()),
+        rate, sum / double(redone.size()) / rate, load_s + hash_s);
   }
   return 0;
 } catch (const std::exception& e) {
