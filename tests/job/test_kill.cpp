@@ -319,6 +319,39 @@ TEST_CASE("job kill: an injected write failure exits 74 naming the file and errn
   f.check_output();
 }
 
+TEST_CASE(
+    "job kill: the resumed run's ledger books the preemption and the records redone, under spot billing") {
+  fixture f;
+  std::vector<std::string> args = f.args(8, 16);
+  const child c = spawn(args, {"FRUGAL_JOB_SLOW_MS=20"}, f.log);
+  f.wait_for_output(c);
+  std::this_thread::sleep_for(
+      std::chrono::milliseconds(130));  // mid-way between checkpoints, 2 batches apart
+  ::kill(c.pid, SIGKILL);
+  REQUIRE(WIFSIGNALED(wait_for(c)));
+  const std::uint64_t at = f.checkpoint()["output_size"].get<std::uint64_t>();
+  const std::string partial = slurp(f.out);
+  REQUIRE(partial.size() >= at);
+  const auto past = std::count(partial.begin() + std::ptrdiff_t(at), partial.end(), '\n');
+  const std::string ledger = f.dir / "ledger.json";
+  args.insert(args.end(), {"--ledger", ledger, "--billing", "spot", "--price", "$3.60"});
+  REQUIRE(exit_status(wait_for(spawn(args, {}, f.log))) == 0);
+  f.check_output();
+  const nlohmann::json d = nlohmann::json::parse(slurp(ledger))["devices"][0];
+  INFO(d.dump());
+  CHECK(d["billing"] == "spot");
+  CHECK(d["preemptions"] == 1);
+  CHECK(d["redone_records"] == past);
+  CHECK((d["redone_seconds"].get<double>() > 0) == (past > 0));
+  CHECK(std::stod(d["paid"].get<std::string>()) > 0);
+  CHECK(slurp(f.log).find(std::to_string(past) + " redone after resume") != std::string::npos);
+  // A run that resumes nothing books no preemption.
+  f.reset();
+  args.back() = "$1.00";
+  REQUIRE(exit_status(wait_for(spawn(args, {}, f.log))) == 0);
+  CHECK(nlohmann::json::parse(slurp(ledger))["devices"][0]["preemptions"] == 0);
+}
+
 // A real full disk: a 64 KiB tmpfs holds the output, the errors file and the checkpoint. Mounting needs
 // root (CAP_SYS_ADMIN); elsewhere the test says why it skipped, and the injected failure above still runs.
 TEST_CASE(
