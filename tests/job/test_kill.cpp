@@ -211,13 +211,13 @@ TEST_CASE("job kill: SIGKILL at 20+ seeded random points, each resumed, gives th
   const int batches[] = {8, 16, 32};
   const int everies[] = {1, 1, 8, 40};
   const std::string tmp = f.ckpt + "/checkpoint.json.tmp";
-  int kills = 0, during_checkpoint = 0, aimed = 0, rounds = 0, spawns = 0;
+  int kills = 0, during_checkpoint = 0, aimed = 0, rounds = 0, spawns = 0, lost_work = 0;
   while (kills < 20 && spawns < 300) {
     f.reset();
     ++rounds;
     for (;;) {
       // Every fourth kill is aimed: checkpoints are held 20 ms before their rename and the kill comes as soon
-      // as the temporary file appears. The others come after a random delay.
+      // as the temporary file appears. The others come at a uniform random time within an uninterrupted run.
       const bool aim = kills < 20 && kills % 4 == 0;
       std::filesystem::remove(tmp);
       const child c =
@@ -235,13 +235,19 @@ TEST_CASE("job kill: SIGKILL at 20+ seeded random points, each resumed, gives th
         }
       } else if (kills < 20) {
         const auto us = std::chrono::duration_cast<std::chrono::microseconds>(full).count();
-        std::this_thread::sleep_for(std::chrono::microseconds(rng() % std::max<long long>(1, us * 2 / 5)));
+        std::this_thread::sleep_for(std::chrono::microseconds(rng() % std::max<long long>(1, us)));
         ::kill(c.pid, SIGKILL);
       }
       if (!exited) status = wait_for(c);
       if (WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) {
         ++kills;
         during_checkpoint += std::filesystem::exists(tmp);
+        // Results past the checkpoint: the kill came mid-work (not during the model's load) and a resume
+        // must drop them.
+        const std::uint64_t kept = std::filesystem::exists(f.ckpt + "/checkpoint.json")
+                                       ? f.checkpoint()["output_size"].get<std::uint64_t>()
+                                       : 0;
+        lost_work += std::filesystem::exists(f.out) && std::filesystem::file_size(f.out) > kept;
         continue;
       }
       REQUIRE(exit_status(status) == 0);
@@ -250,12 +256,13 @@ TEST_CASE("job kill: SIGKILL at 20+ seeded random points, each resumed, gives th
     f.check_output();
   }
   MESSAGE(kills << " kills in " << rounds << " rounds and " << spawns << " runs, " << during_checkpoint
-                << " of them between a checkpoint's temporary file and its rename (" << aimed
-                << " aimed); uninterrupted run "
+                << " of them between a checkpoint's temporary file and its rename (" << aimed << " aimed), "
+                << lost_work << " with results past the checkpoint; uninterrupted run "
                 << std::chrono::duration_cast<std::chrono::milliseconds>(full).count() << " ms");
   CHECK(kills >= 20);
   CHECK(aimed == 5);
   CHECK(during_checkpoint >= 3);
+  CHECK(lost_work >= 3);
 }
 
 TEST_CASE("job kill: SIGTERM within the deadline finishes the batch, checkpoints, exits 75, and resumes") {
