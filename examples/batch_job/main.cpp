@@ -1,23 +1,42 @@
-// A resumable embedding job: reads JSON lines {"id": ..., "text": ...}, embeds each text and writes
-// {"id": ..., "result": {"embedding": [...]}} in input order. Kill it at any point and run the same command
-// again: it resumes from its checkpoint. Exit codes: 0 done, 75 preempted (run it again), 74 I/O error
-// (fix the cause, run it again), 78 a checkpoint of another job or input, 64 bad flags.
+// A resumable embedding job: reads JSON lines {"id": ..., "text": ...}, embeds each text with
+// all-MiniLM-L6-v2 (examples/models/bert.hpp) and writes {"id": ..., "result": {"embedding": [...]}} in
+// input order. Kill it at any point and run the same command again: it resumes from its checkpoint.
+// Exit codes: 0 done, 75 preempted (run it again), 74 I/O error (fix the cause, run it again), 78 a
+// checkpoint of another job or input, 64 bad flags, 1 a model that does not load.
 //
-//   frugal_batch_job --input corpus.jsonl --output out.jsonl --checkpoint-dir ckpt [--every 1000] [--batch
-//   32] frugal_batch_job --generate 10000 corpus.jsonl
+//   frugal_batch_job --input corpus.jsonl --output out.jsonl --checkpoint-dir ckpt
+//                    [--model DIR|stand-in] [--precision fp32|fp16|bf16|int8|...] [--calibration FILE]
+//                    [--threads N] [--every N] [--every-ms N] [--batch N] [--name NAME] [--errors PATH]
+//                    [--deadline-ms N] [--stop-on-bad]
+//                    [--ledger FILE --billing spot|on_demand --price MONEY]
+//   frugal_batch_job --fortunes DIR PATH [--repeat K]   a corpus of Debian's fortunes (fortunes-min/-bin)
+//   frugal_batch_job --generate N PATH                  a synthetic corpus of N short sentences
+//
+// --model defaults to $FRUGAL_MODEL_DIR, else the build's FRUGAL_MODEL_DIR. "stand-in" selects a seeded
+// trigram-hash MLP that costs microseconds a record: the kill tests use it under the sanitizers, where the
+// real model's load and encode would take minutes across the 30-odd runs a kill test makes.
+// --ledger writes this run's frugal::cost ledger (JSON) at the end: the device's busy time and spend under
+// the billing, and, when the run resumed an interrupted one, the preemption and the records redone.
 //
 // Test hooks: FRUGAL_JOB_FAIL_WRITE_AFTER=N fails the write after N with ENOSPC; FRUGAL_JOB_SLOW_MS=N
 // sleeps N ms in every batch; FRUGAL_JOB_CHECKPOINT_PAUSE_MS=N sleeps between a checkpoint's temporary file
 // and its rename.
 
+#include <algorithm>
 #include <array>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <frugal/cost.hpp>
 #include <frugal/job.hpp>
 #include <fstream>
+#include <memory>
+#include <mutex>
+#include <optional>
 #include <random>
 #include <span>
 #include <string>
@@ -25,12 +44,36 @@
 #include <thread>
 #include <vector>
 
+#include "../models/flags.hpp"
+#include "corpus.hpp"
+#ifdef FRUGAL_BATCH_JOB_BERT
+#  include "../models/bert.hpp"
+#endif
+
+#ifndef FRUGAL_DEFAULT_MODEL_DIR
+#  define FRUGAL_DEFAULT_MODEL_DIR ""
+#endif
+#ifndef FRUGAL_DEFAULT_CALIBRATION
+#  define FRUGAL_DEFAULT_CALIBRATION ""
+#endif
+
 namespace {
 
-// The stand-in model: hashed character trigrams into 256 features, then a fixed random-projection MLP
-// (256 -> 64, ReLU, -> 32), L2-normalised. Seeded, so every run gives the same numbers. The MiniLM encoder
-// replaces embed_batch when it lands.
-class stand_in_model {
+struct usage_error : std::invalid_argument {
+  using std::invalid_argument::invalid_argument;
+};
+
+// The model behind the job: texts in, unit-norm embeddings out.
+class text_model {
+ public:
+  virtual ~text_model() = default;
+  virtual std::vector<std::vector<float>> embed(std::span<const std::string> texts) const = 0;
+  virtual std::string describe() const = 0;
+};
+
+// The stand-in: hashed character trigrams into 256 features, then a fixed random-projection MLP
+// (256 -> 64, ReLU, -> 32), L2-normalised. Seeded, so every run gives the same numbers.
+class stand_in_model final : public text_model {
  public:
   static constexpr int in = 256, hidden = 64, out = 32;
   stand_in_model() {
@@ -39,7 +82,15 @@ class stand_in_model {
     for (auto& w : w1_) w = weight();
     for (auto& w : w2_) w = weight();
   }
-  std::vector<float> embed(std::string_view text) const {
+  std::vector<std::vector<float>> embed(std::span<const std::string> texts) const override {
+    std::vector<std::vector<float>> r;
+    for (const auto& t : texts) r.push_back(embed_one(t));
+    return r;
+  }
+  std::string describe() const override { return "stand-in trigram MLP (32-d)"; }
+
+ private:
+  std::vector<float> embed_one(std::string_view text) const {
     std::array<float, in> x{};
     for (std::size_t i = 0; i + 3 <= text.size() || (i == 0 && !text.empty()); ++i) {
       std::uint32_t h = 2166136261u;
@@ -65,112 +116,310 @@ class stand_in_model {
       for (float& v : y) v = float(v / std::sqrt(norm));
     return y;
   }
-
- private:
   std::array<float, in * hidden> w1_{};
   std::array<float, hidden * out> w2_{};
 };
 
-// The one call into the model.
-std::vector<nlohmann::json> embed_batch(const stand_in_model& model,
-                                        std::span<const frugal::job::record> batch) {
+#ifdef FRUGAL_BATCH_JOB_BERT
+class minilm_model final : public text_model {
+ public:
+  explicit minilm_model(bert::encoder e) : enc_(std::move(e)) {}
+  std::vector<std::vector<float>> embed(std::span<const std::string> texts) const override {
+    return enc_.encode_texts(texts);
+  }
+  std::string describe() const override {
+    return std::string("MiniLM ") + bert::to_string(enc_.weights()) + " (" +
+           std::to_string(enc_.dimension()) + "-d)";
+  }
+
+ private:
+  bert::encoder enc_;
+};
+#endif
+
+std::vector<std::string> read_lines(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw std::runtime_error("cannot open " + path);
+  std::vector<std::string> lines;
+  for (std::string l; std::getline(f, l);) lines.push_back(std::move(l));
+  if (f.bad()) throw std::runtime_error("reading " + path + " failed");
+  return lines;
+}
+
+std::unique_ptr<text_model> load_model(const std::string& dir, const std::string& prec,
+                                       const std::string& calibration, std::size_t threads) {
+  if (dir == "stand-in") return std::make_unique<stand_in_model>();
+#ifdef FRUGAL_BATCH_JOB_BERT
+  bert::load_options opt{.threads = threads};
+  try {
+    opt.weights = bert::parse_precision(prec);
+  } catch (const std::invalid_argument& e) {
+    throw usage_error(std::string("--precision: ") + e.what());
+  }
+  if (opt.weights == bert::precision::int8) {
+    if (calibration.empty()) throw usage_error("--precision int8 needs --calibration FILE");
+    opt.calibration = read_lines(calibration);
+  }
+  return std::make_unique<minilm_model>(bert::encoder::load(dir, opt));
+#else
+  (void)prec, (void)calibration, (void)threads;
+  throw usage_error("this build has no MiniLM encoder (no safetensors/wordpiece); use --model stand-in");
+#endif
+}
+
+// A float as the shortest decimal that reads back to it, held in a double so that JSON prints those
+// digits and not the float's 17-digit double expansion.
+double short_decimal(float v) {
+  char buf[32];
+  const auto r = std::to_chars(buf, buf + sizeof buf, v);
+  *r.ptr = '\0';
+  return std::strtod(buf, nullptr);
+}
+
+// The one call into the model: records without a "text" string get an error result, the rest are embedded
+// in one model call.
+std::vector<nlohmann::json> embed_batch(const text_model& model, std::span<const frugal::job::record> batch) {
+  std::vector<std::string> texts;
+  std::vector<std::size_t> where(batch.size(), SIZE_MAX);
+  for (std::size_t i = 0; i < batch.size(); ++i) {
+    const auto it = batch[i].request.find("text");
+    if (it == batch[i].request.end() || !it->is_string()) continue;
+    where[i] = texts.size();
+    texts.push_back(it->get<std::string>());
+  }
+  const std::vector<std::vector<float>> emb =
+      texts.empty() ? decltype(model.embed(texts)){} : model.embed(texts);
   std::vector<nlohmann::json> results;
   results.reserve(batch.size());
-  for (const auto& r : batch) {
-    const auto it = r.request.find("text");
-    if (it == r.request.end() || !it->is_string()) {
+  for (std::size_t i = 0; i < batch.size(); ++i) {
+    if (where[i] == SIZE_MAX) {
       results.push_back({{"error", "no \"text\" string"}});
       continue;
     }
-    results.push_back({{"embedding", model.embed(it->get_ref<const std::string&>())}});
+    nlohmann::json v = nlohmann::json::array();
+    for (const float x : emb[where[i]]) v.push_back(short_decimal(x));
+    results.push_back({{"embedding", std::move(v)}});
   }
   return results;
 }
 
-int generate(long n, const char* path) {
-  std::ofstream f(path);
-  std::mt19937 rng(7);
-  const char* words[] = {"spot",  "instance", "checkpoint", "resume", "batch",
-                         "model", "cheap",    "gpu",        "token",  "cache"};
-  for (long i = 0; i < n; ++i) {
-    std::string text;
-    const int len = 3 + int(rng() % 12);
-    for (int w = 0; w < len; ++w) text += std::string(w ? " " : "") + words[rng() % 10];
-    f << nlohmann::json{{"id", "r" + std::to_string(i)}, {"text", text}}.dump() << "\n";
+int write_corpus(const std::string& path, const std::vector<std::string>& texts, const std::string& prefix) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  for (std::size_t i = 0; i < texts.size(); ++i)
+    f << nlohmann::json{{"id", prefix + std::to_string(i)}, {"text", texts[i]}}.dump() << "\n";
+  f.close();
+  if (!f) {
+    std::fprintf(stderr, "frugal_batch_job: writing %s failed\n", path.c_str());
+    return 74;
   }
-  return f.good() ? 0 : 74;
+  return 0;
 }
 
-int usage() {
-  std::fprintf(
-      stderr,
-      "usage: frugal_batch_job --input IN --output OUT --checkpoint-dir DIR [--every N] [--every-ms N]\n"
-      "                        [--batch N] [--name NAME] [--errors PATH] [--deadline-ms N] [--stop-on-bad]\n"
-      "       frugal_batch_job --generate N PATH\n");
-  return 64;
+int generate(std::uint64_t n, const std::string& path) {
+  return write_corpus(path, batch_job::synthetic_sentences(n), "r");
 }
+
+// Every fortune in `dir`, `repeat` times over; ids are "f0", "f1", ...
+int fortunes(const std::string& dir, const std::string& path, std::uint64_t repeat) {
+  const std::vector<std::string> one = batch_job::read_fortunes(dir);
+  if (one.empty()) {
+    std::fprintf(stderr, "frugal_batch_job: --fortunes %s: no fortunes found\n", dir.c_str());
+    return 74;
+  }
+  std::vector<std::string> texts;
+  for (std::uint64_t r = 0; r < repeat; ++r) texts.insert(texts.end(), one.begin(), one.end());
+  return write_corpus(path, texts, "f");
+}
+
+const char* usage_text =
+    "usage: frugal_batch_job --input IN --output OUT --checkpoint-dir DIR [--model DIR|stand-in]\n"
+    "         [--precision fp32|fp16|bf16|int8|int8-per-channel|int8-per-tensor|int4] [--calibration FILE]\n"
+    "         [--threads N] [--every N] [--every-ms N] [--batch N] [--name NAME] [--errors PATH]\n"
+    "         [--deadline-ms N] [--stop-on-bad] [--ledger FILE [--billing spot|on_demand] [--price MONEY]]\n"
+    "       frugal_batch_job --fortunes DIR PATH [--repeat K]\n"
+    "       frugal_batch_job --generate N PATH\n";
+
+std::uint64_t env_count(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? examples::integer_flag(name, v, 0, UINT32_MAX) : 0;
+}
+
+struct ledger_flags {
+  std::string path;
+  frugal::cost::billing pricing = frugal::cost::billing::on_demand;
+  std::string price = "1.00 USD";
+};
+
+// This run's ledger: one device under the chosen billing, paid from the run's start, with every batch's
+// busy time; at the end, when the run resumed an interrupted one, the preemption and the records it redid,
+// their time at this run's mean time per record.
+class job_ledger {
+ public:
+  explicit job_ledger(const ledger_flags& lf) : ledger_(options(lf)), tag_(ledger_.tag("batch_job")) {}
+  // Called on the runner's batch thread, a new one per batch: kept here and recorded from write()'s thread,
+  // so that the ledger does not grow a stripe per batch thread.
+  void batch(std::size_t n, std::chrono::nanoseconds busy) {
+    std::lock_guard lk(mu_);
+    batches_.emplace_back(n, busy);
+  }
+  void write(const std::string& path, const frugal::job::stats& s) {
+    std::lock_guard lk(mu_);
+    for (const auto& [n, busy] : batches_) {
+      ledger_.record_batch({.tag = tag_,
+                            .device = 0,
+                            .busy = std::min(busy, frugal::cost::max_record_duration),
+                            .batch_size = std::uint32_t(n)});
+      busy_ += busy;
+    }
+    if (s.resumed) {
+      const double per_record = s.records_this_run ? double(busy_.count()) / double(s.records_this_run) : 0;
+      ledger_.record_preemption(
+          0, s.redone_records, std::chrono::nanoseconds(std::llround(per_record * double(s.redone_records))));
+    }
+    std::ofstream f(path, std::ios::trunc);
+    f << frugal::cost::to_json(ledger_.snapshot()) << "\n";
+    f.close();
+    if (!f) throw frugal::job::error(frugal::job::errc::io, "writing --ledger " + path + " failed");
+  }
+
+ private:
+  static frugal::cost::ledger_options options(const ledger_flags& lf) {
+    using namespace frugal::cost;
+    const rate r = rate::per_hour(money::parse(lf.price, currency::from_code("USD")));
+    return {.prices = {{.gpu_class = "job", .on_demand = r, .spot = r}},
+            .devices = {{.gpu_class = "job", .pricing = lf.pricing}}};
+  }
+  frugal::cost::ledger<> ledger_;
+  frugal::cost::tag_id tag_;
+  std::mutex mu_;
+  std::vector<std::pair<std::size_t, std::chrono::nanoseconds>> batches_;
+  std::chrono::nanoseconds busy_{0};
+};
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
   frugal::job::options o{.name = "batch_job", .checkpoint_every = std::chrono::seconds(30)};
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&]() -> const char* { return i + 1 < argc ? argv[++i] : nullptr; };
-    const char* v = a == "--stop-on-bad" ? "" : value();
-    if (!v) return usage();
-    if (a == "--generate") {
-      const char* path = value();
-      return path ? generate(std::atol(v), path) : usage();
-    } else if (a == "--input") {
-      o.input = v;
-    } else if (a == "--output") {
-      o.output = v;
-    } else if (a == "--checkpoint-dir") {
-      o.checkpoint_dir = v;
-    } else if (a == "--errors") {
-      o.errors = v;
-    } else if (a == "--name") {
-      o.name = v;
-    } else if (a == "--every") {
-      o.checkpoint_every_records = std::strtoull(v, nullptr, 10);
-    } else if (a == "--every-ms") {
-      o.checkpoint_every = std::chrono::milliseconds(std::atol(v));
-    } else if (a == "--batch") {
-      o.batch_size = std::strtoull(v, nullptr, 10);
-    } else if (a == "--deadline-ms") {
-      o.preemption_deadline = std::chrono::milliseconds(std::atol(v));
-    } else if (a == "--stop-on-bad") {
-      o.stop_on_bad_record = true;
-    } else {
-      return usage();
+  const char* env_model = std::getenv("FRUGAL_MODEL_DIR");
+  std::string model = env_model && *env_model ? env_model : FRUGAL_DEFAULT_MODEL_DIR;
+  std::string prec = "fp32", calibration = FRUGAL_DEFAULT_CALIBRATION;
+  std::size_t threads = 1;
+  ledger_flags lf;
+  try {
+    for (int i = 1; i < argc; ++i) {
+      const std::string a = argv[i];
+      auto value = [&]() -> std::string {
+        if (i + 1 >= argc) throw usage_error(a + " needs a value");
+        return argv[++i];
+      };
+      auto count = [&](std::uint64_t lo, std::uint64_t hi) {
+        return examples::integer_flag(a, value(), lo, hi);
+      };
+      if (a == "--generate") {
+        const std::uint64_t n = count(1, 100'000'000);
+        return generate(n, value());
+      } else if (a == "--fortunes") {
+        const std::string dir = value(), path = value();
+        std::uint64_t repeat = 1;
+        if (i + 1 < argc && std::string_view(argv[i + 1]) == "--repeat") {
+          ++i;
+          repeat = count(1, 1000);
+        }
+        return fortunes(dir, path, repeat);
+      } else if (a == "--input") {
+        o.input = value();
+      } else if (a == "--output") {
+        o.output = value();
+      } else if (a == "--checkpoint-dir") {
+        o.checkpoint_dir = value();
+      } else if (a == "--errors") {
+        o.errors = value();
+      } else if (a == "--name") {
+        o.name = value();
+      } else if (a == "--model") {
+        model = value();
+      } else if (a == "--precision") {
+        prec = value();
+      } else if (a == "--calibration") {
+        calibration = value();
+      } else if (a == "--threads") {
+        threads = count(1, 256);
+      } else if (a == "--every") {
+        o.checkpoint_every_records = count(0, UINT64_MAX);
+      } else if (a == "--every-ms") {
+        o.checkpoint_every = std::chrono::milliseconds(count(0, 86'400'000));
+      } else if (a == "--batch") {
+        o.batch_size = count(1, 4096);
+      } else if (a == "--deadline-ms") {
+        o.preemption_deadline = std::chrono::milliseconds(count(0, 86'400'000));
+      } else if (a == "--stop-on-bad") {
+        o.stop_on_bad_record = true;
+      } else if (a == "--ledger") {
+        lf.path = value();
+      } else if (a == "--billing") {
+        const std::string b = value();
+        if (b == "spot")
+          lf.pricing = frugal::cost::billing::spot;
+        else if (b == "on_demand" || b == "on-demand")
+          lf.pricing = frugal::cost::billing::on_demand;
+        else
+          throw usage_error("--billing must be spot or on_demand, not \"" + b + "\"");
+      } else if (a == "--price") {
+        lf.price = value();
+        (void)frugal::cost::money::parse(lf.price, frugal::cost::currency::from_code("USD"));
+      } else if (a == "--help" || a == "-h") {
+        std::fputs(usage_text, stdout);
+        return 0;
+      } else {
+        throw usage_error("unknown argument \"" + a + "\"");
+      }
     }
+    if (model.empty()) throw usage_error("no model: pass --model DIR (or stand-in) or set FRUGAL_MODEL_DIR");
+    o.testing.fail_write_after = env_count("FRUGAL_JOB_FAIL_WRITE_AFTER");
+    o.testing.pause_before_rename = std::chrono::milliseconds(env_count("FRUGAL_JOB_CHECKPOINT_PAUSE_MS"));
+  } catch (const std::invalid_argument& e) {
+    std::fprintf(stderr, "frugal_batch_job: %s\n%s", e.what(), usage_text);
+    return 64;
   }
-  if (const char* n = std::getenv("FRUGAL_JOB_FAIL_WRITE_AFTER"))
-    o.testing.fail_write_after = std::strtoull(n, nullptr, 10);
-  if (const char* n = std::getenv("FRUGAL_JOB_CHECKPOINT_PAUSE_MS"))
-    o.testing.pause_before_rename = std::chrono::milliseconds(std::atol(n));
-  const char* slow_env = std::getenv("FRUGAL_JOB_SLOW_MS");
-  const auto slow = std::chrono::milliseconds(slow_env ? std::atol(slow_env) : 0);
+  const auto slow = std::chrono::milliseconds(env_count("FRUGAL_JOB_SLOW_MS"));
 
-  const stand_in_model model;
+  std::unique_ptr<text_model> m;
+  try {
+    m = load_model(model, prec, calibration, threads);
+  } catch (const usage_error& e) {
+    std::fprintf(stderr, "frugal_batch_job: %s\n", e.what());
+    return 64;
+  }
+  std::optional<job_ledger> ledger;
+  if (!lf.path.empty()) ledger.emplace(lf);
+  std::int64_t busy_ns = 0;  // written by the batch thread, read after run()
   try {
     frugal::job::runner job(o, [&](std::span<const frugal::job::record> batch) {
+      const auto t0 = std::chrono::steady_clock::now();
       if (slow.count()) std::this_thread::sleep_for(slow);
-      return embed_batch(model, batch);
+      auto r = embed_batch(*m, batch);
+      const auto busy = std::chrono::steady_clock::now() - t0;
+      busy_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(busy).count();
+      if (ledger) ledger->batch(batch.size(), busy);
+      return r;
     });
     const frugal::job::outcome result = job.run();
     const frugal::job::stats s = job.stats();
     std::fprintf(
         stderr,
-        "%s: %s; %llu records (%llu this run), %llu bad, %llu checkpoints%s, %llu redone after resume\n",
+        "%s: %s; %s; %llu records (%llu this run, %.3f s in the model), %llu bad, %llu checkpoints%s, "
+        "%llu redone after resume\n",
         o.name.c_str(), result == frugal::job::outcome::completed ? "completed" : "preempted, resumable",
-        (unsigned long long)s.records_done, (unsigned long long)s.records_this_run,
-        (unsigned long long)s.bad_records, (unsigned long long)s.checkpoints, s.resumed ? ", resumed" : "",
-        (unsigned long long)s.redone_records);
+        m->describe().c_str(), (unsigned long long)s.records_done, (unsigned long long)s.records_this_run,
+        double(busy_ns) / 1e9, (unsigned long long)s.bad_records, (unsigned long long)s.checkpoints,
+        s.resumed ? ", resumed" : "", (unsigned long long)s.redone_records);
+    if (ledger) ledger->write(lf.path, s);
     return frugal::job::exit_code(result);
   } catch (const frugal::job::error& e) {
     std::fprintf(stderr, "%s\n", e.what());
     return frugal::job::exit_code(e.code());
   }
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "frugal_batch_job: %s\n", e.what());
+  return 1;
 }

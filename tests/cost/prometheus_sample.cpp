@@ -20,6 +20,7 @@ int main() {
   const fc::tag_id chat = led.tag("chat");
   const fc::tag_id odd = led.tag("say \"hi\"\\now");
   led.record_model_load(1, 2s);
+  led.record_preemption(1, 12, 300ms);
   for (int i = 0; i < 200; ++i) {
     const fc::tag_id t = i % 3 ? chat : odd;
     led.record_batch({.tag = t,

@@ -687,3 +687,80 @@ TEST_CASE("exports: the shared tier's hits, their latency and its faults reach P
   CHECK(doc["features"][0]["remote_hit_seconds"].get<double>() == doctest::Approx(0.005));
 #endif
 }
+
+// Job preemptions (frugal::job): the ledger's counters, their exports, and advise_spot on the measured redo.
+TEST_CASE("ledger: preemptions and redone work are counted per device, priced at its billing, and exported") {
+  frugal::manual_clock clock;
+  fc::ledger<frugal::manual_clock> ledger(scenario_options(), clock);
+  const auto t = ledger.tag("job");
+  ledger.record_batch({.tag = t, .device = 1, .busy = 10s, .batch_size = 100});
+  ledger.record_preemption(1, 40, 4s);  // spot H100, $7.20/h: 4 s = $0.008
+  clock.advance(20s);
+  const auto half = ledger.snapshot();
+  ledger.record_preemption(1, 10, 1s);
+  ledger.record_preemption(0, 5, 500ms);  // on-demand A100, $3.60/h: 0.5 s = $0.0005
+  clock.advance(10s);
+  const auto s = ledger.snapshot();
+  CHECK(s.devices[1].preemptions == 2);
+  CHECK(s.devices[1].redone_records == 50);
+  CHECK(s.devices[1].redone == 5s);
+  CHECK(s.devices[1].redone_cost == money::parse("$0.01"));
+  CHECK(s.devices[1].pricing == fc::billing::spot);
+  CHECK(s.devices[0].preemptions == 1);
+  CHECK(s.devices[0].redone_cost == money::parse("$0.0005"));
+  const auto w = s.since(half);  // the window after the first preemption
+  CHECK(w.devices[1].preemptions == 1);
+  CHECK(w.devices[1].redone_records == 10);
+  CHECK(w.devices[1].redone == 1s);
+  const std::string p = fc::to_prometheus(s);
+  CHECK(p.find("# TYPE frugal_preemptions_total counter") != std::string::npos);
+  CHECK(p.find("frugal_preemptions_total{device=\"h100-spot\",gpu_class=\"H100\"} 2") !=
+        std::string::npos);
+  CHECK(p.find("frugal_redone_records_total{device=\"h100-spot\",gpu_class=\"H100\"} 50") !=
+        std::string::npos);
+  CHECK(p.find("frugal_redone_seconds_total{device=\"h100-spot\",gpu_class=\"H100\"} 5.00") !=
+        std::string::npos);
+  CHECK(p.find("frugal_redone_cost_usd_total{device=\"0\",gpu_class=\"A100\"} 0.0005") !=
+        std::string::npos);
+  const std::string j = fc::to_json(s);
+  CHECK(j.find("\"preemptions\":2,\"redone_records\":50,\"redone_seconds\":5.00,\"redone_cost\":\"0.01\"") !=
+        std::string::npos);
+  CHECK_THROWS_WITH_AS(ledger.record_preemption(2, 1, 1s), doctest::Contains("device 2"), std::out_of_range);
+  CHECK_THROWS_WITH_AS(ledger.record_preemption(0, 1, -1s), doctest::Contains("redone"), std::invalid_argument);
+}
+
+TEST_CASE("advisors: advise_spot on a measured redo per preemption, and its price ceiling") {
+  const auto od = fc::rate::per_hour(money::parse("$4.00"));
+  const auto spot = fc::rate::per_hour(money::parse("$1.60"));
+  // 10 h of work, 10 checkpoints of 36 s, 0.5 preemptions/h, 6 min redone and 6 min restart each:
+  // E = (10 h + 0.1 h) / (1 - 0.5 x 0.2) = 11.2222 h; ceiling $4.00 x 10 / 11.2222 = $3.5644/h.
+  fc::spot_job j{.length = 10h,
+                 .on_demand = od,
+                 .spot = spot,
+                 .preemptions_per_hour = 0.5,
+                 .checkpoint_interval = 1h,
+                 .checkpoint_cost = 36s,
+                 .restart_overhead = 6min,
+                 .redo_per_preemption = 6min};
+  auto a = fc::advise_spot(j);
+  const double hours = 10.1 / 0.9;
+  CHECK(double(a.expected_spot_time.count()) / 3.6e12 == doctest::Approx(hours).epsilon(1e-9));
+  CHECK(a.expected_preemptions == doctest::Approx(0.5 * hours));
+  CHECK(a.price_ceiling.to_double() == doctest::Approx(40 / hours).epsilon(1e-9));
+  CHECK(a.use_spot);
+  // At the ceiling spot costs what on-demand does; a cent above, more.
+  j.spot = fc::rate::per_hour(a.price_ceiling);
+  CHECK(fc::advise_spot(j).expected_spot_cost.to_double() == doctest::Approx(40.0).epsilon(1e-6));
+  j.spot = fc::rate::per_hour(a.price_ceiling + money::parse("$0.01"));
+  CHECK_FALSE(fc::advise_spot(j).use_spot);
+  // The modelled loss gives a ceiling too: on-demand x length / E.
+  j.redo_per_preemption.reset();
+  a = fc::advise_spot(j);
+  CHECK(a.price_ceiling.to_double() ==
+        doctest::Approx(40 / (double(a.expected_spot_time.count()) / 3.6e12)).epsilon(1e-9));
+  // A loss of a whole hour per half-hour preemption never finishes: refused, saying so.
+  j.redo_per_preemption = 2h;
+  CHECK_THROWS_WITH_AS(fc::advise_spot(j), doctest::Contains("never to finish"), std::invalid_argument);
+  j.redo_per_preemption = -1s;
+  CHECK_THROWS_WITH_AS(fc::advise_spot(j), doctest::Contains("redo_per_preemption"), std::invalid_argument);
+}

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -181,6 +182,10 @@ struct spot_job {
   std::chrono::nanoseconds checkpoint_interval{0};
   std::chrono::nanoseconds checkpoint_cost{0};   ///< time to write one checkpoint
   std::chrono::nanoseconds restart_overhead{0};  ///< time from a preemption to work resuming
+  /// Measured work redone per preemption (a job ledger's redone time over its preemptions). When set, it
+  /// replaces the modelled loss: E = (length + checkpoints × checkpoint_cost) / (1 − λ(redo + R)), the
+  /// checkpoint interval then only counting the checkpoints.
+  std::optional<std::chrono::nanoseconds> redo_per_preemption{};
 };
 
 struct spot_advice {
@@ -192,6 +197,9 @@ struct spot_advice {
   double break_even_discount = 0;  ///< spot is cheaper when its discount is above this
   bool use_spot = false;
   std::string reason;
+  /// Hourly spot price above which on-demand is cheaper: on-demand × length / E (E does not depend on the
+  /// spot price).
+  money price_ceiling{};
 };
 
 /// @brief Expected cost of a job on spot against on-demand. The job runs in segments of the checkpoint
@@ -227,10 +235,22 @@ inline spot_advice advise_spot(const spot_job& j) {
   const auto tau = j.checkpoint_interval.count();
   const auto full = T / tau;
   const auto rest = T - full * tau;
-  const double total =
-      double(full) * expected(double(tau + j.checkpoint_cost.count())) + expected(double(rest));
-  const double preemptions = double(full) * std::expm1(lambda * double(tau + j.checkpoint_cost.count())) +
-                             std::expm1(lambda * double(rest));
+  double total = 0, preemptions = 0;
+  if (j.redo_per_preemption) {
+    if (j.redo_per_preemption->count() < 0)
+      throw std::invalid_argument(std::string(who) + "job.redo_per_preemption must not be negative");
+    const double loss = lambda * (double(j.redo_per_preemption->count()) + R);
+    if (loss >= 1)
+      throw std::invalid_argument(std::string(who) + "preemptions_per_hour x (redo_per_preemption + " +
+                                  "restart_overhead) = " + std::to_string(loss) +
+                                  " >= 1: on spot the job is expected never to finish");
+    total = (double(T) + double(full) * double(j.checkpoint_cost.count())) / (1 - loss);
+    preemptions = lambda * total;
+  } else {
+    total = double(full) * expected(double(tau + j.checkpoint_cost.count())) + expected(double(rest));
+    preemptions = double(full) * std::expm1(lambda * double(tau + j.checkpoint_cost.count())) +
+                  std::expm1(lambda * double(rest));
+  }
   spot_advice a;
   a.expected_spot_time = detail::ns_of(total);
   a.expected_spot_cost = j.spot.for_duration(a.expected_spot_time);
@@ -239,6 +259,9 @@ inline spot_advice advise_spot(const spot_job& j) {
   a.discount = 1 - detail::hourly_price(j.spot).to_double() / detail::hourly_price(j.on_demand).to_double();
   a.break_even_discount = 1 - double(T) / total;
   a.use_spot = a.expected_spot_cost < a.on_demand_cost;
+  a.price_ceiling = money::from_nanos(
+      static_cast<std::int64_t>(std::llround(double(a.on_demand_cost.nanos()) * 3.6e12 / total)),
+      a.on_demand_cost.cur());
   a.reason = std::string(a.use_spot ? "spot" : "on-demand") + ": expected " +
              a.expected_spot_cost.to_string() + " on spot against " + a.on_demand_cost.to_string() +
              " on demand";

@@ -241,6 +241,17 @@ inline std::string to_prometheus(const ledger_snapshot& s) {
   w.family("frugal_model_unloads_total", "counter", "Model unloads, by device.");
   for (const auto& d : s.devices)
     w.sample("frugal_model_unloads_total", device(d), std::to_string(d.model_unloads));
+  w.family("frugal_preemptions_total", "counter", "Job preemptions (resumes after an interruption), by device.");
+  for (const auto& d : s.devices)
+    w.sample("frugal_preemptions_total", device(d), std::to_string(d.preemptions));
+  w.family("frugal_redone_records_total", "counter", "Records computed again after a resume, by device.");
+  for (const auto& d : s.devices)
+    w.sample("frugal_redone_records_total", device(d), std::to_string(d.redone_records));
+  w.family("frugal_redone_seconds_total", "counter", "Busy time spent redoing work after a resume, by device.");
+  for (const auto& d : s.devices) w.sample("frugal_redone_seconds_total", device(d), seconds(d.redone));
+  w.family("frugal_redone_cost_" + cur + "_total", "counter", "Redone work after a resume, priced, by device.");
+  for (const auto& d : s.devices)
+    w.sample("frugal_redone_cost_" + cur + "_total", device(d), d.redone_cost.to_decimal());
 
   w.family("frugal_total_cost_" + cur + "_total", "counter", "Everything paid: busy, overhead and idle.");
   w.sample("frugal_total_cost_" + cur + "_total", {}, s.total_cost.to_decimal());
@@ -264,7 +275,8 @@ inline std::string to_prometheus(const ledger_snapshot& s) {
 /// batch_model{valid,a_seconds,b_seconds}, batching_saved_seconds,
 /// batching_saved, latency_seconds{p50,p90,p99, p999}), devices[] (name, gpu_class, billing, hourly_price,
 /// busy_seconds, load_seconds, idle_seconds, utilization, paid, busy_cost, overhead_cost, idle_cost,
-/// model_loads, model_unloads, memory_fraction), queue{depth,limit} or null, alerts[] (check, subject, value,
+/// model_loads, model_unloads, preemptions, redone_records, redone_seconds,
+/// redone_cost, memory_fraction), queue{depth,limit} or null, alerts[] (check, subject, value,
 /// threshold, message).
 inline std::string to_json(const ledger_snapshot& s) {
   using detail::json_escape;
@@ -322,6 +334,9 @@ inline std::string to_json(const ledger_snapshot& s) {
          ",\"overhead_cost\":" + m(d.overhead_cost) + ",\"idle_cost\":" + m(d.idle_cost) +
          ",\"model_loads\":" + std::to_string(d.model_loads) +
          ",\"model_unloads\":" + std::to_string(d.model_unloads) +
+         ",\"preemptions\":" + std::to_string(d.preemptions) +
+         ",\"redone_records\":" + std::to_string(d.redone_records) + ",\"redone_seconds\":" + sec(d.redone) +
+         ",\"redone_cost\":" + m(d.redone_cost) +
          ",\"memory_fraction\":" + (d.memory_fraction ? detail::json_num(*d.memory_fraction) : "null") + "}";
   }
   o += "],\"queue\":";

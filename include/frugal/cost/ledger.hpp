@@ -349,6 +349,19 @@ class ledger {
     local_stripe().add(options_.max_tags * stride_ + device * detail::d_field_count + detail::d_unloads, 1);
   }
 
+  /// @brief Records a preemption of a job on a device (frugal::job: a resume after an interruption) and
+  /// the work it cost: `redone_records` computed again, taking `redone` (already recorded as busy time by
+  /// the batches that redid them; this says how much of it was repeated).
+  void record_preemption(std::size_t device, std::uint64_t redone_records, std::chrono::nanoseconds redone) {
+    check_device(device, "record_preemption");
+    check_duration(redone, "record_preemption", "redone");
+    detail::stripe& s = local_stripe();
+    const std::size_t base = options_.max_tags * stride_ + device * detail::d_field_count;
+    s.add(base + detail::d_preemptions, 1);
+    s.add(base + detail::d_redone_records, redone_records);
+    s.add(base + detail::d_redone, static_cast<std::uint64_t>(redone.count()));
+  }
+
   /// @brief Records a device's memory use now, for the memory threshold.
   void record_memory(std::size_t device, std::uint64_t used_bytes, std::uint64_t capacity_bytes) {
     check_device(device, "record_memory");

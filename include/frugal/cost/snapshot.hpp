@@ -146,6 +146,11 @@ struct device_figures {
   money idle_cost{};      ///< paid − busy − overhead
   std::uint64_t model_loads = 0, model_unloads = 0;
   std::optional<double> memory_fraction;  ///< the last record_memory() figure
+  // Preemptions (frugal::job), from record_preemption().
+  std::uint64_t preemptions = 0;
+  std::uint64_t redone_records = 0;  ///< records computed again after a resume (past the last checkpoint)
+  std::chrono::nanoseconds redone{0};  ///< the time those records took again
+  money redone_cost{};                 ///< that time priced at the device's rate (part of busy_cost)
 };
 
 namespace detail {
@@ -173,7 +178,15 @@ enum field : std::size_t {
   f_semantic_hits_implicit,
   f_fixed_count,
 };
-enum device_field : std::size_t { d_load, d_loads, d_unloads, d_field_count };
+enum device_field : std::size_t {
+  d_load,
+  d_loads,
+  d_unloads,
+  d_preemptions,
+  d_redone_records,
+  d_redone,
+  d_field_count
+};
 
 // Cumulative counters since the ledger started; a snapshot keeps them so that a later one can be cut to the
 // window in between.
@@ -397,6 +410,10 @@ inline ledger_snapshot derive(std::shared_ptr<const ledger_config> cfg, raw_stat
     f.model_loads = diff(r.c[d_loads], b ? b->c[d_loads] : 0);
     f.model_unloads = diff(r.c[d_unloads], b ? b->c[d_unloads] : 0);
     f.memory_fraction = r.memory_fraction;
+    f.preemptions = diff(r.c[d_preemptions], b ? b->c[d_preemptions] : 0);
+    f.redone_records = diff(r.c[d_redone_records], b ? b->c[d_redone_records] : 0);
+    f.redone = ns_of(diff(r.c[d_redone], b ? b->c[d_redone] : 0));
+    f.redone_cost = k.device_rates[d].for_duration(f.redone);
     f.busy = ns_of(all_busy[d]);
     f.load = ns_of(load);
     const std::uint64_t used = all_busy[d] + load;

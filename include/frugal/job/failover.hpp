@@ -67,16 +67,11 @@ failover_advice advise_failover(std::span<const TimePoint> preemptions, TimePoin
   return a;
 }
 
-/// @brief The hourly spot price above which on-demand is cheaper for `j`, from advise_spot's expected time on
-/// spot E: spot × E < on-demand × length, so the ceiling is on-demand × length / E. The job's spot rate is
-/// not used (E does not depend on it) but must be valid for advise_spot.
-inline cost::money spot_price_ceiling(const cost::spot_job& j) {
-  const cost::spot_advice a = cost::advise_spot(j);
-  const double hours = double(a.expected_spot_time.count()) / 3.6e12;
-  return cost::money::from_nanos(
-      static_cast<std::int64_t>(std::llround(double(a.on_demand_cost.nanos()) / hours)),
-      a.on_demand_cost.cur());
-}
+/// @brief The hourly spot price above which on-demand is cheaper for `j`: advise_spot's price_ceiling,
+/// on-demand × length / E, E its expected time on spot (which does not depend on the spot rate, but the
+/// rate must be valid for advise_spot). Give `j.redo_per_preemption` from a job's ledger (redone time over
+/// preemptions) to price the measured loss rather than the modelled one.
+inline cost::money spot_price_ceiling(const cost::spot_job& j) { return cost::advise_spot(j).price_ceiling; }
 
 }  // namespace job
 FRUGAL_END_NAMESPACE
