@@ -9,9 +9,9 @@
 //               int8-per-channel and int8-per-tensor drop the smoothing (and the per-channel scales)
 //   int4        groupwise asymmetric int4 weights (g128, uint8 zero points), widened per call
 // Attention, softmax, LayerNorm and pooling stay fp32 in every precision.
-// With load_options.device (linear_device.hpp; bert_cuda.hpp's make_cuda_linear_device() on a CUDA build), the int8 and
-// fp16/bf16 linear layers run on that device through frugal::cuda: their weights are uploaded once, and each
-// call sends the layer's input and gets fp32 back. fp32 and int4 layers stay on the CPU.
+// With load_options.device (linear_device.hpp; bert_cuda.hpp's make_cuda_linear_device() on a CUDA build),
+// the int8 and fp16/bf16 linear layers run on that device through frugal::cuda: their weights are uploaded
+// once, and each call sends the layer's input and gets fp32 back. fp32 and int4 layers stay on the CPU.
 //
 // This is example code, meant to be copied or linked: the library gives it the tokenizer, the
 // safetensors reader and the kernels; the model's structure lives here.
@@ -20,7 +20,8 @@
 // every linear layer, and attention runs per sequence on its own rows. The attention mask is thus the
 // block structure itself, and no FLOP is spent on padding.
 // frugal before Eigen (see frugal/quant/detail/eigen.hpp): with -march=native on an AVX-512 machine, GCC 12
-// reports false "uninitialized" warnings inside its own AVX-512 intrinsics that Eigen inlines (GCC bug 105593).
+// reports false "uninitialized" warnings inside its own AVX-512 intrinsics that Eigen inlines (GCC bug
+// 105593).
 #include <frugal/quant.hpp>
 
 #include <algorithm>
@@ -152,11 +153,7 @@ class linear {
       case precision::fp16:
       case precision::bf16: {
         w16_.resize(n_ * k_);
-        const std::span<const float> src(w32_.data(), n_ * k_);
-        if (p == precision::fp16)
-          q::convert(src, std::span<q::half>(reinterpret_cast<q::half*>(w16_.data()), w16_.size()));
-        else
-          q::convert(src, std::span<q::bfloat16>(reinterpret_cast<q::bfloat16*>(w16_.data()), w16_.size()));
+        to_16bit(std::span<const float>(w32_.data(), n_ * k_), w16_);
         break;
       }
       case precision::int8: {
@@ -184,7 +181,9 @@ class linear {
         break;
       }
       case precision::int4:
-        w4_ = q::quantize_int4(w32_, q::int4_options{.group_size = 128, .symmetric = false});  // asymmetric: 0.944 mean cosine, not 0.922
+        w4_ = q::quantize_int4(
+            w32_, q::int4_options{.group_size = 128,
+                                  .symmetric = false});  // asymmetric: 0.944 mean cosine, not 0.922
         break;
     }
     w32_ = matrix();
@@ -262,11 +261,7 @@ class linear {
       default: {
         if (device_) {  // fp16 or bf16 (place() keeps no other precision)
           std::vector<std::uint16_t> x16(t * k_);
-          const std::span<const float> src(x.data(), t * k_);
-          if (p_ == precision::fp16)
-            q::convert(src, std::span<q::half>(reinterpret_cast<q::half*>(x16.data()), x16.size()));
-          else
-            q::convert(src, std::span<q::bfloat16>(reinterpret_cast<q::bfloat16*>(x16.data()), x16.size()));
+          to_16bit(std::span<const float>(x.data(), t * k_), x16);
           device_->forward_16bit(device_layer_, x16, t, std::span<float>(y.data(), t * n_));
           if (act != q::activation_kind::none) q::apply_activation(std::span<float>(y.data(), t * n_), act);
           return;
@@ -281,6 +276,14 @@ class linear {
   }
 
  private:
+  // fp32 to this layer's 16-bit format (fp16 or bf16), as bit patterns.
+  void to_16bit(std::span<const float> src, std::span<std::uint16_t> dst) const {
+    if (p_ == precision::fp16)
+      q::convert(src, std::span<q::half>(reinterpret_cast<q::half*>(dst.data()), dst.size()));
+    else
+      q::convert(src, std::span<q::bfloat16>(reinterpret_cast<q::bfloat16*>(dst.data()), dst.size()));
+  }
+
   matrix widened() const {
     if (p_ == precision::int4) return q::dequantize(w4_);
     matrix w(static_cast<Eigen::Index>(n_), static_cast<Eigen::Index>(k_));

@@ -1,7 +1,8 @@
 // The encoder's linear layers on a CUDA device, through frugal::cuda's dispatcher: W8A8 (int8 activations
-// and weights, the per-token x per-channel dequant and the bias fused in the epilogue, fp32 out) and fp16/bf16
-// (fp32 accumulation). Weights are uploaded once per layer; each forward copies the layer's input up and its
-// fp32 output down. Attention, LayerNorm and the activation stay on the host (see linear_device.hpp).
+// and weights, the per-token x per-channel dequant and the bias fused in the epilogue, fp32 out) and
+// fp16/bf16 (fp32 accumulation). Weights are uploaded once per layer; each forward copies the layer's input
+// up and its fp32 output down. Attention, LayerNorm and the activation stay on the host (see
+// linear_device.hpp).
 #include <cuda_runtime.h>
 
 #include <mutex>
@@ -10,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "frugal/cuda/gemm.cuh"
 #include "bert_cuda.hpp"
+#include "frugal/cuda/gemm.cuh"
 
 namespace bert {
 namespace {
@@ -51,7 +52,10 @@ class cuda_linear_device final : public linear_device {
 
   std::size_t upload_int8(std::span<const std::int8_t> w, std::span<const float> scales,
                           std::span<const float> bias, std::size_t n, std::size_t k) override {
-    check_shape(w.size(), scales.size(), bias.size(), n, k, "upload_int8");
+    check_shape(w.size(), bias.size(), n, k, "upload_int8");
+    if (scales.size() != n)
+      throw std::invalid_argument("bert cuda: upload_int8: " + std::to_string(scales.size()) +
+                                  " scales for N = " + std::to_string(n));
     std::lock_guard lock(mutex_);
     layer l = make_layer(n, k, bias, false, false);
     l.w8 = upload(w, "int8 weights");
@@ -60,9 +64,9 @@ class cuda_linear_device final : public linear_device {
     return layers_.size() - 1;
   }
 
-  std::size_t upload_16bit(std::span<const std::uint16_t> w, bool bf16, std::span<const float> bias, std::size_t n,
-                           std::size_t k) override {
-    check_shape(w.size(), n, bias.size(), n, k, "upload_16bit");
+  std::size_t upload_16bit(std::span<const std::uint16_t> w, bool bf16, std::span<const float> bias,
+                           std::size_t n, std::size_t k) override {
+    check_shape(w.size(), bias.size(), n, k, "upload_16bit");
     std::lock_guard lock(mutex_);
     layer l = make_layer(n, k, bias, true, bf16);
     l.w16 = upload(w, "16-bit weights");
@@ -70,16 +74,20 @@ class cuda_linear_device final : public linear_device {
     return layers_.size() - 1;
   }
 
-  void forward_int8(std::size_t id, std::span<const std::int8_t> a, std::span<const float> scale_a, std::size_t t,
-                    std::span<float> y) override {
+  void forward_int8(std::size_t id, std::span<const std::int8_t> a, std::span<const float> scale_a,
+                    std::size_t t, std::span<float> y) override {
     std::lock_guard lock(mutex_);
     const layer& l = layer_at(id, false);
-    check_io(l, a.size(), scale_a.size(), t, y.size(), "forward_int8");
+    check_io(l, a.size(), t, y.size(), "forward_int8");
+    if (scale_a.size() != t)
+      throw std::invalid_argument("bert cuda: forward_int8: " + std::to_string(scale_a.size()) +
+                                  " activation scales for " + std::to_string(t) + " tokens");
     check(cudaSetDevice(ordinal_), "cudaSetDevice");
     grow(a8_, a.size(), "int8 activations");
     grow(sa_, t, "activation scales");
     grow(y_, t * l.n, "output");
-    check(cudaMemcpyAsync(a8_.data(), a.data(), a.size(), cudaMemcpyHostToDevice, *stream_), "activations upload");
+    check(cudaMemcpyAsync(a8_.data(), a.data(), a.size(), cudaMemcpyHostToDevice, *stream_),
+          "activations upload");
     check(cudaMemcpyAsync(sa_.data(), scale_a.data(), t * sizeof(float), cudaMemcpyHostToDevice, *stream_),
           "activation scales upload");
     fc::gemm_w8a8_arguments g{};
@@ -100,10 +108,11 @@ class cuda_linear_device final : public linear_device {
     download(y, t * l.n);
   }
 
-  void forward_16bit(std::size_t id, std::span<const std::uint16_t> x, std::size_t t, std::span<float> y) override {
+  void forward_16bit(std::size_t id, std::span<const std::uint16_t> x, std::size_t t,
+                     std::span<float> y) override {
     std::lock_guard lock(mutex_);
     const layer& l = layer_at(id, true);
-    check_io(l, x.size(), t, t, y.size(), "forward_16bit");
+    check_io(l, x.size(), t, y.size(), "forward_16bit");
     check(cudaSetDevice(ordinal_), "cudaSetDevice");
     grow(x16_, x.size(), "16-bit activations");
     grow(y_, t * l.n, "output");
@@ -147,8 +156,7 @@ class cuda_linear_device final : public linear_device {
 
   // The kernels' operand rules (lda/ldb multiples of 16 for int8, 8 for 16-bit) hold for every BERT width
   // that is a multiple of 16; others are refused here, by name, rather than by the GEMM's check later.
-  static void check_shape(std::size_t w, std::size_t scales, std::size_t bias, std::size_t n, std::size_t k,
-                          const char* where) {
+  static void check_shape(std::size_t w, std::size_t bias, std::size_t n, std::size_t k, const char* where) {
     checked_int(n, "N");
     checked_int(k, "K");
     if (k % 16 != 0)
@@ -157,21 +165,17 @@ class cuda_linear_device final : public linear_device {
     if (w != n * k)
       throw std::invalid_argument(std::string("bert cuda: ") + where + ": weights hold " + std::to_string(w) +
                                   " values, N x K is " + std::to_string(n * k));
-    if (scales != n)
-      throw std::invalid_argument(std::string("bert cuda: ") + where + ": " + std::to_string(scales) +
-                                  " scales for N = " + std::to_string(n));
     if (bias != 0 && bias != n)
       throw std::invalid_argument(std::string("bert cuda: ") + where + ": bias has " + std::to_string(bias) +
                                   " entries for N = " + std::to_string(n));
   }
 
-  static void check_io(const layer& l, std::size_t in, std::size_t scales, std::size_t t, std::size_t out,
-                       const char* where) {
-    if (in != t * l.k || scales != t || out != t * l.n)
-      throw std::invalid_argument(std::string("bert cuda: ") + where + ": " + std::to_string(t) + " tokens of K = " +
-                                  std::to_string(l.k) + " need " + std::to_string(t * l.k) + " inputs and " +
-                                  std::to_string(t * l.n) + " outputs, got " + std::to_string(in) + " and " +
-                                  std::to_string(out));
+  static void check_io(const layer& l, std::size_t in, std::size_t t, std::size_t out, const char* where) {
+    if (in != t * l.k || out != t * l.n)
+      throw std::invalid_argument(std::string("bert cuda: ") + where + ": " + std::to_string(t) +
+                                  " tokens of K = " + std::to_string(l.k) + " need " +
+                                  std::to_string(t * l.k) + " inputs and " + std::to_string(t * l.n) +
+                                  " outputs, got " + std::to_string(in) + " and " + std::to_string(out));
   }
 
   layer make_layer(std::size_t n, std::size_t k, std::span<const float> bias, bool sixteen, bool bf16) {

@@ -10,8 +10,8 @@
 
 namespace bert {
 
-/// @brief The GEMMs on CUDA device @p ordinal through frugal::cuda's dispatcher (frugal's kernels or cuBLASLt,
-/// per shape). Throws std::runtime_error when the machine has no usable device, saying why, and
+/// @brief The GEMMs on CUDA device @p ordinal through frugal::cuda's dispatcher (frugal's kernels or
+/// cuBLASLt, per shape). Throws std::runtime_error when the machine has no usable device, saying why, and
 /// std::invalid_argument for an ordinal that does not exist.
 std::shared_ptr<linear_device> make_cuda_linear_device(int ordinal = 0);
 

@@ -8,7 +8,8 @@
 // line per input line, in input order, each a JSON array of the model's hidden size (384 for MiniLM)
 // floats with unit L2 norm. "-" reads stdin or writes stdout. --stats prints throughput and memory to
 // stderr. --device cuda runs the int8 and fp16/bf16 linear layers on a GPU through frugal::cuda (a build
-// with CUDA; fp32 and int4 stay on the CPU, and say so). Exit codes: 0 done, 1 a runtime error (bad model files, unreadable input), 2 a usage error.
+// with CUDA; fp32 and int4 stay on the CPU, and say so). Exit codes: 0 done, 1 a runtime error (bad model
+// files, unreadable input), 2 a usage error.
 #include <sys/resource.h>
 
 #include <chrono>
@@ -124,8 +125,9 @@ int main(int argc, char** argv) try {
 #if FRUGAL_EMBED_CUDA
     opt.device = bert::make_cuda_linear_device(ordinal);
 #else
-    throw std::runtime_error("--device " + device +
-                             ": this frugal_embed was built without CUDA (configure with -DFRUGAL_ENABLE_CUDA=ON)");
+    throw std::runtime_error(
+        "--device " + device +
+        ": this frugal_embed was built without CUDA (configure with -DFRUGAL_ENABLE_CUDA=ON)");
 #endif
   }
   const auto t0 = std::chrono::steady_clock::now();
@@ -174,11 +176,13 @@ int main(int argc, char** argv) try {
     const double secs = std::chrono::duration<double>(t2 - t1).count();
     std::fprintf(stderr,
                  "frugal_embed: %s, %zu sentences, %zu tokens in %.3f s: %.1f sentences/s, %.0f tokens/s "
-                 "(batch %zu, %zu threads, linear layers on %s); load %.2f s; linear weights %.2f MB, other weights %.2f MB; "
+                 "(batch %zu, %zu threads, linear layers on %s); load %.2f s; linear weights %.2f MB, other "
+                 "weights %.2f MB; "
                  "peak RSS %.1f MB\n",
                  bert::to_string(enc.weights()), lines.size(), tokens, secs, lines.size() / secs,
-                 tokens / secs, batch, threads, enc.device() ? enc.device()->name().c_str() : "the CPU", std::chrono::duration<double>(t1 - t0).count(),
-                 enc.linear_bytes() / 1e6, enc.other_bytes() / 1e6, ru.ru_maxrss / 1024.0);
+                 tokens / secs, batch, threads, enc.device() ? enc.device()->name().c_str() : "the CPU",
+                 std::chrono::duration<double>(t1 - t0).count(), enc.linear_bytes() / 1e6,
+                 enc.other_bytes() / 1e6, ru.ru_maxrss / 1024.0);
   }
   return 0;
 } catch (const std::exception& e) {

@@ -39,7 +39,8 @@ std::vector<double> device_against_cpu(bert::precision p, std::vector<std::strin
   const auto texts = sentences(64);
   const auto cpu = bert::encoder::load(model_dir(), {.weights = p, .calibration = calibration});
   const auto dev = bert::make_cuda_linear_device();
-  const auto gpu = bert::encoder::load(model_dir(), {.weights = p, .calibration = calibration, .device = dev});
+  const auto gpu =
+      bert::encoder::load(model_dir(), {.weights = p, .calibration = calibration, .device = dev});
   REQUIRE(gpu.device() == dev.get());
   const auto a = cpu.encode_texts(texts), b = gpu.encode_texts(texts);
   // Every linear layer of every batch went through the device: 4 per layer, one batch.
@@ -70,7 +71,8 @@ TEST_SUITE("bert-cuda-host") {
 TEST_CASE("int8 layers on the GPU equal the CPU's" * FRUGAL_NEEDS_GPU) {
   if (!std::filesystem::exists(model_dir() + "/model.safetensors")) FAIL("no model at " << model_dir());
   // W8A8 is exact in int32 on both sides; only the fp32 epilogue's rounding order differs.
-  for (double c : device_against_cpu(bert::precision::int8, lines("calibration.txt", 256))) CHECK(c >= 0.9999);
+  for (double c : device_against_cpu(bert::precision::int8, lines("calibration.txt", 256)))
+    CHECK(c >= 0.9999);
   for (double c : device_against_cpu(bert::precision::int8_per_channel)) CHECK(c >= 0.9999);
 }
 
