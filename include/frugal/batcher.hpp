@@ -148,6 +148,10 @@ class batcher {
     std::vector<time_point> sleepers;  // when each waiting worker will wake by itself
     bool wake_pending = false;         // a worker was signalled and has not woken yet
     std::size_t blocked_producers = 0;
+    // Threads inside a blocking call (next_batch, a submit that waited for room); the destructor waits,
+    // after close, until they have left, and they signal left_cv on the way out once closed.
+    std::size_t inside = 0;
+    std::condition_variable left_cv;
     bool closed = false;
     request_id next_id = 1;
     std::uint64_t arrivals = 0, submitted = 0, batch_seq = 0;
@@ -195,9 +199,14 @@ class batcher {
     ~batch() { release(); }
 
     /// @brief The requests, highest priority first, FIFO within a priority. The worker may move from them.
-    std::span<Request> requests() noexcept { return buf_->requests; }
-    std::span<const Request> requests() const noexcept { return buf_->requests; }
-    std::size_t size() const noexcept { return buf_->requests.size(); }
+    /// A moved-from batch has no requests: size() 0, requests() empty, pending() 0.
+    std::span<Request> requests() noexcept {
+      return buf_ ? std::span<Request>(buf_->requests) : std::span<Request>();
+    }
+    std::span<const Request> requests() const noexcept {
+      return buf_ ? std::span<const Request>(buf_->requests) : std::span<const Request>();
+    }
+    std::size_t size() const noexcept { return buf_ ? buf_->requests.size() : 0; }
     /// @brief The allowed size this batch belongs to (>= size(); pad to it for a static engine). Without
     /// allowed_sizes it equals size().
     std::size_t bucket() const noexcept { return bucket_; }
@@ -216,7 +225,7 @@ class batcher {
     /// @brief Its id, size, bucket, cost, max_batch and queue wait, e.g. for a cost ledger.
     batch_info info() const noexcept { return {id_, size(), bucket_, cost_, max_batch_, queue_wait()}; }
     /// @brief Requests not yet resolved.
-    std::size_t pending() const noexcept { return pending_; }
+    std::size_t pending() const noexcept { return buf_ ? pending_ : 0; }
 
     /// @brief Replaces the measured run time that learning policies see (e.g. the GPU time alone).
     void report_duration(duration d) noexcept { reported_ = d; }
@@ -257,8 +266,10 @@ class batcher {
       const time_point now = core_->clock.now();
       b.state[i] = 1;
       b.latency[i] = std::chrono::duration_cast<std::chrono::nanoseconds>(now - b.arrival[i]).count();
-      if (pending_ > 1) account_item_now(i, &core::completed);
-      else ++counts_.completed;
+      if (pending_ > 1)
+        account_item_now(i, &core::completed);
+      else
+        ++counts_.completed;
       deliver(b.done[i], outcome<Result>(std::move(result)));
       if (--pending_ == 0) finish(now);
     }
@@ -274,8 +285,10 @@ class batcher {
       require_item(i, "fail");
       buffers& b = *buf_;
       b.state[i] = 1;
-      if (pending_ > 1) account_item_now(i, &core::f_model);
-      else ++counts_.model;
+      if (pending_ > 1)
+        account_item_now(i, &core::f_model);
+      else
+        ++counts_.model;
       deliver(b.done[i], outcome<Result>(std::move(e)));
       if (--pending_ == 0) finish(core_->clock.now());
     }
@@ -411,8 +424,18 @@ class batcher {
                                      std::move(policy))) {}
   batcher(const batcher&) = delete;
   batcher& operator=(const batcher&) = delete;
-  /// @brief Closes with drain::no: what is still queued fails with closed. Join the workers first.
-  ~batcher() { close(drain::no); }
+  /// @brief Closes with drain::no (what is still queued fails with closed), then waits for the threads
+  /// inside next_batch, and the submits waiting for room, to return: they see the close and return
+  /// empty (or fail with closed), as a std::jthread joins. A worker loop `while (auto b =
+  /// q.next_batch())` therefore ends by itself; it must not call the batcher again afterwards, and no
+  /// other call may start once destruction has begun. Batches already handed out stay valid. Destroying
+  /// the batcher from inside one of its own callbacks on a thread inside next_batch would wait forever.
+  ~batcher() {
+    close(drain::no);
+    core& c = *core_;
+    std::unique_lock lk(c.m);
+    c.left_cv.wait(lk, [&c] { return c.inside == 0; });
+  }
 
   /// @brief The fast path: enqueues the request and calls done once, with its result or its error. A
   /// rejected request (closed, queue_full, timeout, already cancelled or expired) gets done called on this
@@ -420,6 +443,7 @@ class batcher {
   request_id submit(Request request, callback done, submit_options o = {}) {
     core& c = *core_;
     const time_point now = c.clock.now();
+    exit_guard out;
     std::unique_lock lk(c.m, std::defer_lock);
     detail::lock_briefly_spinning(lk);
     check_submit(c, o);
@@ -432,8 +456,12 @@ class batcher {
     } else if (o.deadline <= now) {
       err = batch_errc::deadline_exceeded;
     } else if (!has_room(c, o.weight)) {
-      err = c.opt.on_overflow == overflow::reject ? std::optional(batch_errc::queue_full)
-                                                  : wait_for_room(c, lk, o, now);
+      if (c.opt.on_overflow == overflow::reject) {
+        err = batch_errc::queue_full;
+      } else {
+        out.enter(c);
+        err = wait_for_room(c, lk, o, now);
+      }
     }
     // Ids are taken in queue order (after any wait for room) so each level stays sorted by id for cancel().
     const request_id id = c.next_id++;
@@ -534,8 +562,10 @@ class batcher {
     std::optional<std::stop_callback<decltype(on_stop_fn)>> on_stop;
     if (stop.stop_possible()) on_stop.emplace(stop, on_stop_fn);
     dropped_list dropped;
+    exit_guard out;
     std::unique_lock lk(c.m, std::defer_lock);
     detail::lock_briefly_spinning(lk);
+    out.enter(c);
     bool idle_armed = true;
     for (;;) {
       if (stop.stop_requested()) break;
@@ -842,6 +872,25 @@ class batcher {
     if (d >= room) return time_point::max();
     return now + std::chrono::duration_cast<duration>(d);
   }
+
+  // Counts a thread into a blocking call (enter, under c.m) and out of it at the end of its scope,
+  // after every other use of the core: declared before the call's lock, so it runs after it is released.
+  struct exit_guard {
+    core* c = nullptr;
+    void enter(core& to) noexcept {
+      ++to.inside;
+      c = &to;
+    }
+    exit_guard() = default;
+    exit_guard(const exit_guard&) = delete;
+    exit_guard& operator=(const exit_guard&) = delete;
+    ~exit_guard() {
+      if (c == nullptr) return;
+      std::lock_guard g(c->m);
+      --c->inside;
+      if (c->closed && c->inside == 0) c->left_cv.notify_all();
+    }
+  };
 
   static void wait(std::condition_variable& cv, std::unique_lock<std::mutex>& lk, time_point until) {
     if (until == time_point::max()) {

@@ -5,11 +5,13 @@
 #include <cstdint>
 #include <future>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <set>
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "frugal/batcher.hpp"
@@ -863,4 +865,51 @@ TEST_CASE("batcher: the queued-cost and run-time sums never wrap, and learned ti
     CHECK(p.expected_run_time(std::size_t{1} << 40) == std::chrono::nanoseconds::max());
     CHECK(p.expected_run_time(1) > std::chrono::nanoseconds::zero());
   }
+}
+
+TEST_CASE("batcher: a moved-from batch has no requests and refuses to be resolved") {
+  frugal::manual_clock clk;
+  manual_batcher b{{.window = 0ms, .max_batch = 4}, clk};
+  auto f = b.submit(5);
+  auto batch = b.try_next_batch();
+  REQUIRE(batch);
+  auto taken = std::move(*batch);
+  CHECK(batch->size() == 0);  // dereferenced null before
+  CHECK(batch->requests().empty());
+  CHECK(std::as_const(*batch).requests().empty());
+  CHECK(batch->pending() == 0);
+  CHECK(batch->info().size == 0);
+  CHECK_THROWS_WITH_AS(batch->fulfill({10}), doctest::Contains("moved-from batch"), std::logic_error);
+  CHECK(taken.size() == 1);
+  fulfill_doubled(taken);
+  CHECK(f.get() == 10);
+}
+
+TEST_CASE("batcher: destroying it while a worker waits in next_batch and a producer waits for room is safe") {
+  // Before, the destructor freed the queue under the waiting threads (a use-after-free under ASan).
+  auto b = std::make_unique<frugal::batcher<int, int>>(
+      frugal::batcher_options{.window = 1h,
+                              .max_batch = 8,
+                              .max_queued = 1,
+                              .on_overflow = frugal::overflow::block,
+                              .block_timeout = 1h});
+  auto queued = b->submit(1);
+  std::atomic<int> worker_got = -1;
+  std::thread worker([&] {
+    auto batch = b->next_batch();
+    worker_got = batch ? static_cast<int>(batch->size()) : 0;
+  });
+  std::future<int> blocked;
+  std::thread producer([&] { blocked = b->submit(2); });
+  for (;;) {
+    const auto st = b->stats();
+    if (st.waiting_workers == 1 && st.blocked_submits == 1) break;
+    std::this_thread::yield();
+  }
+  b.reset();  // closes with drain::no and waits for both threads to leave
+  worker.join();
+  producer.join();
+  CHECK(worker_got == 0);
+  CHECK(error_of(queued) == batch_errc::closed);
+  CHECK(error_of(blocked) == batch_errc::closed);
 }

@@ -437,6 +437,79 @@ TEST_CASE("cache: erase, erase_if and clear remove entries and report them") {
   CHECK(*c.get(k(1)) == "again");
 }
 
+TEST_CASE("cache: an erase_if whose predicate throws still reports what it removed") {
+  std::vector<std::uint64_t> evicted;
+  frugal::lru_cache<int> c(
+      {.max_entries = 100, .shards = 1, .on_evict = [&](const auto&, const auto& v, auto cause) {
+         CHECK(cause == frugal::eviction_cause::erased);
+         evicted.push_back(static_cast<std::uint64_t>(*v));
+       }});
+  for (int i = 0; i < 10; ++i) c.put(k(static_cast<std::uint64_t>(i)), i);
+  int seen = 0;
+  CHECK_THROWS_WITH_AS(c.erase_if([&](const int&) {
+    if (++seen == 6) throw std::runtime_error("predicate failed");
+    return true;
+  }),
+                       "predicate failed", std::runtime_error);
+  // Five entries were removed before the throw: each reaches on_evict, and the cache agrees.
+  CHECK(evicted.size() == 5);
+  CHECK(c.size() == 5);
+  CHECK(c.stats().evictions_explicit == 5);
+  c.put(k(100), 100);  // the shard's lock was released
+  CHECK(c.get(k(100)));
+}
+
+TEST_CASE("cache: a cache call from inside an erase_if predicate throws instead of deadlocking") {
+  frugal::lru_cache<int> c({.max_entries = 100, .shards = 1});
+  frugal::lru_cache<int> other({.max_entries = 4});
+  for (int i = 0; i < 4; ++i) c.put(k(static_cast<std::uint64_t>(i)), i);
+  const auto inside = [&](auto&& call) {
+    std::string what;
+    c.erase_if([&](const int&) {
+      try {
+        call();
+      } catch (const std::logic_error& e) {
+        what = e.what();
+      }
+      return false;
+    });
+    return what;
+  };
+  CHECK(inside([&] { c.get(k(1)); }).find("inside a function passed to erase_if") != std::string::npos);
+  CHECK(inside([&] { c.put(k(9), 9); }).find("erase_if") != std::string::npos);
+  CHECK(inside([&] { c.erase(k(1)); }).find("erase_if") != std::string::npos);
+  CHECK(inside([&] { other.put(k(1), 1); }).find("erase_if") != std::string::npos);
+  CHECK(c.size() == 4);
+  CHECK(c.erase_if([](const int& v) { return v < 2; }) == 2);  // usable again afterwards
+}
+
+TEST_CASE("cache: a get_or_compute whose fn asks for its own key throws instead of deadlocking") {
+  frugal::lru_cache<int> c({.max_entries = 100});
+  SUBCASE("directly") {
+    CHECK_THROWS_WITH_AS(
+        c.get_or_compute(k(1), [&] { return *c.get_or_compute(k(1), [] { return 2; }) + 1; }),
+        doctest::Contains("fn asked for the key it is computing"), std::logic_error);
+  }
+  SUBCASE("through another key") {
+    CHECK_THROWS_AS(c.get_or_compute(k(1),
+                                     [&] {
+                                       return *c.get_or_compute(
+                                           k(2), [&] { return *c.get_or_compute(k(1), [] { return 0; }); });
+                                     }),
+                    std::logic_error);
+    CHECK_FALSE(c.get(k(2)));
+  }
+  SUBCASE("asynchronously") {
+    CHECK_THROWS_AS(
+        c.get_or_compute(k(1), [&] { return *c.get_or_compute_async(k(1), [] { return 0; }).get(); }),
+        std::logic_error);
+  }
+  // Nothing was cached and the key computes normally afterwards; nesting other keys is fine.
+  CHECK_FALSE(c.get(k(1)));
+  CHECK(*c.get_or_compute(k(1), [&] { return *c.get_or_compute(k(3), [] { return 3; }) + 1; }) == 4);
+  CHECK(*c.get(k(3)) == 3);
+}
+
 TEST_CASE("cache: the eviction callback runs outside the lock and may use the cache") {
   frugal::lru_cache<int>* self = nullptr;
   int reentered = 0;
@@ -688,7 +761,8 @@ TEST_CASE("cache: more reads than a read buffer holds between two writes keep th
   CHECK(c.stats().hits == 64);
 }
 
-TEST_CASE("cache: reads handed to the shard's owner are all replayed, in each thread's order, before an eviction") {
+TEST_CASE(
+    "cache: reads handed to the shard's owner are all replayed, in each thread's order, before an eviction") {
   // Two live threads read one shard; one of them owns it, and the other's full buffers are copied to
   // the owner's pending buffer instead of being relinked by it. Each reads its keys four times over
   // (80 reads, five full buffers), more than pending holds, so the last buffers take the fallback:

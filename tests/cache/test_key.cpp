@@ -1,9 +1,12 @@
 #include <doctest/doctest.h>
 
 #include <array>
+#include <bit>
+#include <cstdint>
 #include <cstring>
 #include <list>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <tuple>
@@ -24,15 +27,17 @@ void hash_append(frugal::key_hasher& h, const request& r) { h.append(r.model, r.
 
 namespace {
 
-// The framing hash_key documents, written out by hand.
+// The encoding hash_key documents (format version 2), written out by hand.
 struct framed {
   std::vector<unsigned char> bytes;
   void raw(const void* p, std::size_t n) {
     const auto* b = static_cast<const unsigned char*>(p);
     bytes.insert(bytes.end(), b, b + n);
   }
+  void tag(unsigned char t) { bytes.push_back(t); }
   void length(std::uint64_t n) { raw(&n, sizeof n); }
   void text(std::string_view s) {
+    tag(0x80);  // text of char
     length(s.size());
     raw(s.data(), s.size());
   }
@@ -42,16 +47,27 @@ struct framed {
   }
 };
 
+std::vector<std::byte> as_bytes(const std::vector<unsigned char>& v) {
+  std::vector<std::byte> out(v.size());
+  std::memcpy(out.data(), v.data(), v.size());
+  return out;
+}
+
 }  // namespace
 
-TEST_CASE("cache keys: hash_key is XXH3-128 over length-prefixed parts, in order") {
+TEST_CASE("cache keys: hash_key is XXH3-128 over tagged, length-prefixed parts, in order") {
+  static_assert(frugal::key_format_version == 2);
   framed f;
   f.text("model-a");
   const std::int32_t n = 42;
+  f.tag(0x32);  // signed, 4 bytes
   f.raw(&n, sizeof n);
   const std::vector<float> v{1.5f, -2.0f, 3.25f};
+  f.tag(0x90);  // array of
+  f.tag(0x52);  // float, 4 bytes
   f.length(v.size());
   f.raw(v.data(), v.size() * sizeof(float));
+  CHECK(frugal::key_bytes(std::string_view("model-a"), n, v) == as_bytes(f.bytes));
   CHECK(frugal::hash_key(std::string_view("model-a"), n, v) == f.hash());
   CHECK(frugal::hash_key_seeded(7, std::string_view("model-a"), n, v) == f.hash(7));
 }
@@ -89,6 +105,8 @@ TEST_CASE("cache keys: large inputs stream and hash the same as one shot") {
 
   SUBCASE("one part larger than the buffer") {
     framed f;
+    f.tag(0x90);
+    f.tag(0x40);  // unsigned, 1 byte
     f.length(big.size());
     f.raw(big.data(), big.size());
     CHECK(frugal::hash_key(big) == f.hash());
@@ -119,6 +137,7 @@ TEST_CASE("cache keys: key64 is XXH3-64 over the same framing") {
   framed f;
   f.text("m");
   const std::uint64_t x = 9;
+  f.tag(0x43);  // unsigned, 8 bytes
   f.raw(&x, sizeof x);
   CHECK(frugal::hash_key64(std::string_view("m"), x).value == XXH3_64bits(f.bytes.data(), f.bytes.size()));
 }
@@ -127,7 +146,8 @@ TEST_CASE("cache keys: user types hash through hash_append found by ADL") {
   const user::request a{"m", {1, 2, 3}, 0.5};
   user::request b = a;
   CHECK(frugal::hash_key(a) == frugal::hash_key(b));
-  CHECK(frugal::hash_key(a) == frugal::hash_key(std::string_view("m"), std::vector<int>{1, 2, 3}, 0.5));
+  // Enclosed in begin and end tags: a user type is not the bare list of its parts.
+  CHECK(frugal::hash_key(a) != frugal::hash_key(std::string_view("m"), std::vector<int>{1, 2, 3}, 0.5));
   b.temperature = 0.7;
   CHECK(frugal::hash_key(a) != frugal::hash_key(b));
   const std::vector<user::request> batch{a, b};
@@ -139,8 +159,104 @@ TEST_CASE("cache keys: non-contiguous ranges and tuples hash element by element"
   const std::vector<std::string> v{"ab", "c"};
   CHECK(frugal::hash_key(l) == frugal::hash_key(v));
   CHECK(frugal::hash_key(v) != frugal::hash_key(std::vector<std::string>{"a", "bc"}));
-  CHECK(frugal::hash_key(std::pair{1, std::string("x")}) == frugal::hash_key(1, std::string("x")));
-  CHECK(frugal::hash_key(std::tuple{1, 2.0, 'c'}) == frugal::hash_key(1, 2.0, 'c'));
+  CHECK(frugal::hash_key(std::pair{1, std::string("x")}) ==
+        frugal::hash_key(std::tuple{1, std::string("x")}));
+  // A tuple carries its member count: it is not the bare list of its members.
+  CHECK(frugal::hash_key(std::tuple{1, 2.0, 'c'}) != frugal::hash_key(1, 2.0, 'c'));
+  CHECK(frugal::hash_key(std::pair{1, 2}, 3) != frugal::hash_key(1, std::pair{2, 3}));
+  const std::list<float> lf{1, 2};
+  CHECK(frugal::hash_key(lf) == frugal::hash_key(std::vector<float>{1, 2}));
+}
+
+TEST_CASE("cache keys: type and width are part of the key") {
+  // Each pair had equal bytes under format 1.
+  CHECK(frugal::hash_key(std::uint64_t{1} << 32 | 7) != frugal::hash_key(std::uint32_t{7}, std::uint32_t{1}));
+  CHECK(frugal::hash_key(std::int32_t{1}) != frugal::hash_key(std::uint32_t{1}));
+  CHECK(frugal::hash_key(std::int32_t{1}) != frugal::hash_key(std::int64_t{1}));
+  CHECK(frugal::hash_key(1.0f) != frugal::hash_key(std::bit_cast<std::int32_t>(1.0f)));
+  CHECK(frugal::hash_key(true) != frugal::hash_key(std::uint8_t{1}));
+  CHECK(frugal::hash_key('a') != frugal::hash_key(static_cast<signed char>('a')));
+  CHECK(frugal::hash_key(std::string_view("ab")) != frugal::hash_key('a', 'b'));
+  CHECK(frugal::hash_key(std::string_view("ab")) != frugal::hash_key(std::vector<std::int8_t>{'a', 'b'}));
+  CHECK(frugal::hash_key(std::string_view("ab")) != frugal::hash_key(std::u8string_view(u8"ab")));
+  CHECK(frugal::hash_key(std::vector<std::string>{"ab"}) != frugal::hash_key(std::string("ab")));
+  CHECK(frugal::hash_key(std::vector<std::uint32_t>{}) != frugal::hash_key(std::vector<std::uint64_t>{}));
+  CHECK(frugal::hash_key(std::vector<std::uint32_t>{}) != frugal::hash_key(std::vector<std::string>{}));
+}
+
+TEST_CASE("cache keys: a char array is text of its extent, never a C string") {
+  const char no_nul[3] = {'a', 'b', 'c'};  // no terminator: format 1 read past it
+  CHECK(frugal::key_bytes(no_nul) == frugal::key_bytes(std::string_view("abc")));
+  const char embedded[] = "a\0b";  // format 1 cut it at the NUL
+  CHECK(frugal::hash_key(embedded) == frugal::hash_key(std::string_view("a\0b", 3)));
+  CHECK(frugal::hash_key(embedded) != frugal::hash_key("a"));
+  char buffer[8] = "ab";  // a fixed buffer: its whole extent is the text
+  CHECK(frugal::hash_key(buffer) == frugal::hash_key(std::string_view("ab\0\0\0\0\0", 7)));
+  CHECK(frugal::hash_key(buffer) != frugal::hash_key("ab"));
+}
+
+TEST_CASE("cache keys: a null character pointer is refused") {
+  const char* null_text = nullptr;
+  CHECK_THROWS_WITH_AS(frugal::hash_key(null_text), doctest::Contains("null character pointer"),
+                       std::invalid_argument);
+  CHECK_THROWS_AS(frugal::hash_key64(1, null_text), std::invalid_argument);
+  const char* empty = "";
+  CHECK(frugal::hash_key(empty) == frugal::hash_key(std::string()));
+}
+
+TEST_CASE("cache keys: distinct argument lists give distinct bytes before hashing") {
+  using namespace std::string_view_literals;
+  using bytes = std::vector<std::byte>;
+  // Every pair here had equal (or over-read) bytes under format 1, or differs in one type or width.
+  const std::vector<bytes> all{
+      frugal::key_bytes(),
+      frugal::key_bytes(std::uint64_t{0}),
+      frugal::key_bytes(std::uint32_t{0}, std::uint32_t{0}),
+      frugal::key_bytes(std::uint32_t{0}),
+      frugal::key_bytes(std::int32_t{0}),
+      frugal::key_bytes(std::int64_t{0}),
+      frugal::key_bytes(std::int16_t{0}, std::int16_t{0}),
+      frugal::key_bytes(std::uint8_t{0}),
+      frugal::key_bytes(std::int8_t{0}),
+      frugal::key_bytes(false),
+      frugal::key_bytes(char{0}),
+      frugal::key_bytes(char8_t{0}),
+      frugal::key_bytes(0.0f),
+      frugal::key_bytes(0.0),
+      frugal::key_bytes(""sv),
+      frugal::key_bytes(u8""),
+      frugal::key_bytes(U""),
+      frugal::key_bytes(""sv, ""sv),
+      frugal::key_bytes("\0"sv),
+      frugal::key_bytes(std::vector<std::uint8_t>{}),
+      frugal::key_bytes(std::vector<std::uint8_t>{0}),
+      frugal::key_bytes(std::vector<std::int8_t>{0}),
+      frugal::key_bytes(std::vector<std::string>{}),
+      frugal::key_bytes(std::vector<std::string>{""}),
+      frugal::key_bytes(std::vector<std::vector<std::string>>{{}}),
+      frugal::key_bytes(std::tuple<>{}),
+      frugal::key_bytes(std::tuple{0}),
+      frugal::key_bytes(std::tuple<std::tuple<int>>{std::tuple{0}}),  // (CTAD would copy)
+      frugal::key_bytes(std::pair{0, 0}),
+      frugal::key_bytes(0, 0),
+      frugal::key_bytes(std::pair{0, 0}, 0),
+      frugal::key_bytes(0, std::pair{0, 0}),
+      frugal::key_bytes(user::request{}),
+      frugal::key_bytes(""sv, std::vector<int>{}, 0.0),
+      frugal::key_bytes("ab"sv, "c"sv),
+      frugal::key_bytes("a"sv, "bc"sv),
+      frugal::key_bytes("abc"sv),
+  };
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    for (std::size_t j = i + 1; j < all.size(); ++j) {
+      INFO("argument lists " << i << " and " << j);
+      CHECK(all[i] != all[j]);
+    }
+  }
+  // And hash_key hashes exactly those bytes.
+  const bytes b = frugal::key_bytes("m"sv, 3, std::vector<double>{1, 2});
+  const XXH128_hash_t h = XXH3_128bits(b.data(), b.size());
+  CHECK(frugal::hash_key("m"sv, 3, std::vector<double>{1, 2}) == frugal::key128{h.low64, h.high64});
 }
 
 TEST_CASE("cache keys: distinct inputs give distinct keys") {

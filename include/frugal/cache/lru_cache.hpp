@@ -111,10 +111,27 @@ class reader_slot {
   unsigned id_ = reader_slots;
 };
 
-// True while this thread runs a function passed to lru_cache::visit. The value it reads is held by
-// the thread's read flag, which a writer waits for, so a cache call from inside would wait for itself
-// (or, on another shard, for a thread that waits for it): such calls throw instead.
-inline thread_local bool in_visit = false;
+// The name of the lru_cache function ("visit", "erase_if") whose callback this thread runs, or null.
+// A visit callback runs under the thread's read flag and an erase_if predicate under a shard's lock,
+// which writers wait for, so a cache call from inside would wait for itself (or, on another shard, for
+// a thread that waits for it): such calls throw instead.
+inline thread_local const char* in_callback = nullptr;
+
+struct callback_scope {
+  explicit callback_scope(const char* what) noexcept { in_callback = what; }
+  callback_scope(const callback_scope&) = delete;
+  callback_scope& operator=(const callback_scope&) = delete;
+  ~callback_scope() { in_callback = nullptr; }
+};
+
+// The keys whose get_or_compute fn this thread is running, innermost first: a fn that asks for a key
+// it is computing (its own, or an outer one's) would wait for itself, and throws instead.
+struct compute_frame {
+  const void* cache;
+  const void* key;
+  const compute_frame* outer;
+};
+inline thread_local const compute_frame* computing = nullptr;
 
 }  // namespace detail
 
@@ -253,10 +270,7 @@ class lru_cache {
     bool found = false;
     const auto call = [&](const V& v) {
       found = true;
-      detail::in_visit = true;
-      struct reset {
-        ~reset() { detail::in_visit = false; }
-      } r;
+      const detail::callback_scope scope("visit");
       std::invoke(fn, v);
     };
     if (read_fast(s, key, [&](const entry& e) { call(*e.value); })) [[likely]]
@@ -292,7 +306,11 @@ class lru_cache {
     std::promise<pointer> promise;
     std::shared_future<pointer> other;
     if (pointer hit = begin_load(s, key, promise, other)) return hit;
-    if (other.valid()) return other.get();
+    if (other.valid()) {
+      if (detail::computing != nullptr) [[unlikely]]
+        check_not_computing(key, "get_or_compute");
+      return other.get();
+    }
     return run_load(s, key, fn, ttl, promise);
   }
 
@@ -316,7 +334,11 @@ class lru_cache {
       promise->set_value(std::move(hit));
       return promise->get_future().share();
     }
-    if (other.valid()) return other;
+    if (other.valid()) {
+      if (detail::computing != nullptr) [[unlikely]]
+        check_not_computing(key, "get_or_compute_async");
+      return other;
+    }
     // begin_load registered this future in the shard; it must be taken before the task can finish.
     std::shared_future<pointer> result = find_flight(s, key);
     {
@@ -355,7 +377,9 @@ class lru_cache {
   }
 
   /// @brief Removes every entry for which pred(key, value) (or pred(value)) is true, e.g. the results
-  /// of one model; returns how many. pred runs under a shard's lock and must not use the cache.
+  /// of one model; returns how many. pred runs under a shard's lock: a cache call from inside it throws
+  /// std::logic_error. If pred throws, the entries already removed stay removed, on_evict is called
+  /// for each of them, and the exception propagates.
   template <class Pred>
   std::size_t erase_if(Pred pred) {
     std::size_t n = 0;
@@ -363,19 +387,28 @@ class lru_cache {
       shard& s = shards_[si];
       eviction_list ev;
       exclusive_lock lock(*this, s);
-      for (std::uint32_t i = 0; i < s.slab.size(); ++i) {
-        entry& e = s.slab[i];
-        if (!e.value) continue;
-        bool match;
-        if constexpr (std::is_invocable_r_v<bool, Pred&, const Key&, const V&>) {
-          match = pred(e.key, *e.value);
-        } else {
-          match = pred(*e.value);
+      try {
+        for (std::uint32_t i = 0; i < s.slab.size(); ++i) {
+          entry& e = s.slab[i];
+          if (!e.value) continue;
+          bool match;
+          {
+            const detail::callback_scope scope("erase_if");
+            if constexpr (std::is_invocable_r_v<bool, Pred&, const Key&, const V&>) {
+              match = pred(e.key, *e.value);
+            } else {
+              match = pred(*e.value);
+            }
+          }
+          if (match) {
+            remove(s, i, eviction_cause::erased, ev);
+            ++n;
+          }
         }
-        if (match) {
-          remove(s, i, eviction_cause::erased, ev);
-          ++n;
-        }
+      } catch (...) {
+        lock.unlock();
+        notify(ev);
+        throw;
       }
       lock.unlock();
       notify(ev);
@@ -593,10 +626,21 @@ class lru_cache {
   }
 
   static void check_not_in_visit() {
-    if (detail::in_visit) [[unlikely]]
-      throw std::logic_error(
-          "frugal::lru_cache: called from inside a function passed to visit; copy the "
-          "value out and call the cache after visit returns");
+    if (detail::in_callback != nullptr) [[unlikely]]
+      throw std::logic_error(std::string("frugal::lru_cache: called from inside a function passed to ") +
+                             detail::in_callback +
+                             ", which runs while the cache holds a shard; copy out what you need and "
+                             "call the cache after it returns");
+  }
+
+  // Throws if this thread is inside the fn computing key (directly or through other keys' fns).
+  void check_not_computing(const Key& key, const char* what) const {
+    for (const detail::compute_frame* f = detail::computing; f != nullptr; f = f->outer) {
+      if (f->cache == this && *static_cast<const Key*>(f->key) == key)
+        throw std::logic_error(std::string("frugal::lru_cache::") + what +
+                               ": fn asked for the key it is computing, which would wait for itself; "
+                               "compute the value without the cache");
+    }
   }
 
   // Raises every stripe's `excluded` and waits until no reader is inside; the caller holds the
@@ -632,7 +676,8 @@ class lru_cache {
 #if defined(__GNUC__)
   [[gnu::noinline, gnu::cold]]
 #endif
-  static void join(shard& s, read_stripe& st) noexcept {
+  static void
+  join(shard& s, read_stripe& st) noexcept {
     s.mutex.lock();
     st.joined = true;
     // The owner is the joined slot at (shard index mod joined slots), so that two threads that read
@@ -1312,7 +1357,15 @@ class lru_cache {
     eviction_list ev;
     pointer result;
     try {
-      result = std::make_shared<const V>(std::invoke(fn));
+      {
+        const detail::compute_frame frame{this, &key, detail::computing};
+        detail::computing = &frame;
+        struct pop {
+          const detail::compute_frame* outer;
+          ~pop() { detail::computing = outer; }
+        } restore{frame.outer};
+        result = std::make_shared<const V>(std::invoke(fn));
+      }
       const std::size_t w = weigh(*result);
       const std::int64_t expiry = expiry_for(ttl);
       exclusive_lock lock(*this, s);

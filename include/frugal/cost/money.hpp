@@ -152,22 +152,23 @@ class money {
   /// @brief The exact amount as a decimal number without symbol, trailing zeros trimmed to at least 2
   /// decimals: "12.345678", "-0.50".
   std::string to_decimal() const {
-    detail::int128 v = nanos_;
-    bool negative = v < 0;
-    if (negative) v = -v;
-    auto units = static_cast<unsigned long long>(v / nanos_per_unit);
-    auto frac = static_cast<unsigned long long>(v % nanos_per_unit);
-    std::string f = std::to_string(frac);
-    f.insert(0, 9 - f.size(), '0');
-    while (f.size() > 2 && f.back() == '0') f.pop_back();
-    return (negative ? "-" : "") + std::to_string(units) + "." + f;
+    decimal_buffer b;
+    const char* p = write_decimal(b, false);
+    return std::string(p, b.end());
   }
 
   /// @brief "$12.345678" for USD, "12.50 EUR" otherwise; negative amounts as "-$0.50".
   std::string to_string() const {
-    std::string d = to_decimal();
-    if (currency_ == currency{}) return d.front() == '-' ? "-$" + d.substr(1) : "$" + d;
-    return d + " " + std::string(currency_.code());
+    decimal_buffer b;
+    if (currency_ == currency{}) {
+      const char* p = write_decimal(b, true);
+      return std::string(p, b.end());
+    }
+    const char* p = write_decimal(b, false);
+    std::string out(p, b.end());
+    out.push_back(' ');
+    out.append(currency_.code());
+    return out;
   }
 
   money operator-() const {
@@ -213,6 +214,40 @@ class money {
   }
 
  private:
+  // Sign, "$", 19 digits, ".", 9 digits: the text of any amount fits, written backwards from the end.
+  // The digits are written into one buffer and the string built once from it: no string concatenation,
+  // whose inlined copies GCC 12 at -O3 misreads as overlapping (-Wrestrict, GCC bug 105329).
+  struct decimal_buffer {
+    char chars[32];
+    const char* end() const noexcept { return chars + sizeof chars; }
+  };
+  const char* write_decimal(decimal_buffer& b, bool dollar) const noexcept {
+    const bool negative = nanos_ < 0;
+    // The magnitude in unsigned arithmetic, so that the most negative amount needs no negation.
+    const std::uint64_t magnitude =
+        negative ? std::uint64_t{0} - static_cast<std::uint64_t>(nanos_) : static_cast<std::uint64_t>(nanos_);
+    std::uint64_t units = magnitude / static_cast<std::uint64_t>(nanos_per_unit);
+    std::uint64_t frac = magnitude % static_cast<std::uint64_t>(nanos_per_unit);
+    int frac_digits = 9;
+    while (frac_digits > 2 && frac % 10 == 0) {
+      frac /= 10;
+      --frac_digits;
+    }
+    char* p = b.chars + sizeof b.chars;
+    for (int i = 0; i < frac_digits; ++i) {
+      *--p = static_cast<char>('0' + frac % 10);
+      frac /= 10;
+    }
+    *--p = '.';
+    do {
+      *--p = static_cast<char>('0' + units % 10);
+      units /= 10;
+    } while (units != 0);
+    if (dollar) *--p = '$';
+    if (negative) *--p = '-';
+    return p;
+  }
+
   constexpr money(std::int64_t nanos, currency c) noexcept : nanos_(nanos), currency_(c) {}
   void same_currency(const money& o, const char* op) const {
     if (!(currency_ == o.currency_))
