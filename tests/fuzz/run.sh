@@ -15,7 +15,7 @@ seconds=$2
 shift 2
 here=$(cd "$(dirname "$0")" && pwd)
 harnesses=("$@")
-[[ ${#harnesses[@]} -eq 0 ]] && harnesses=(quant quant_gemm money cache batcher config safetensors)
+[[ ${#harnesses[@]} -eq 0 ]] && harnesses=(quant quant_gemm money cache batcher config safetensors key ledger)
 jobs=${FUZZ_JOBS:-2}
 
 cmake -S "$here" -B "$build" -DCMAKE_CXX_COMPILER="${CXX_FUZZ:-clang++}" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null

@@ -670,7 +670,7 @@ TEST_CASE("pool: threads acquiring models at random under a tight budget keep th
       ts.emplace_back([&, t] {
         std::mt19937 rng(static_cast<unsigned>(t));
         for (int i = 0; i < 150; ++i) {
-          const std::string name = "m" + std::to_string(rng() % 4);
+          const std::string name = std::string("m").append(std::to_string(rng() % 4));
           try {
             auto l = pool.acquire(name);
             if (l->name != name) wrong_model.fetch_add(1);

@@ -241,15 +241,18 @@ inline std::string to_prometheus(const ledger_snapshot& s) {
   w.family("frugal_model_unloads_total", "counter", "Model unloads, by device.");
   for (const auto& d : s.devices)
     w.sample("frugal_model_unloads_total", device(d), std::to_string(d.model_unloads));
-  w.family("frugal_preemptions_total", "counter", "Job preemptions (resumes after an interruption), by device.");
+  w.family("frugal_preemptions_total", "counter",
+           "Job preemptions (resumes after an interruption), by device.");
   for (const auto& d : s.devices)
     w.sample("frugal_preemptions_total", device(d), std::to_string(d.preemptions));
   w.family("frugal_redone_records_total", "counter", "Records computed again after a resume, by device.");
   for (const auto& d : s.devices)
     w.sample("frugal_redone_records_total", device(d), std::to_string(d.redone_records));
-  w.family("frugal_redone_seconds_total", "counter", "Busy time spent redoing work after a resume, by device.");
+  w.family("frugal_redone_seconds_total", "counter",
+           "Busy time spent redoing work after a resume, by device.");
   for (const auto& d : s.devices) w.sample("frugal_redone_seconds_total", device(d), seconds(d.redone));
-  w.family("frugal_redone_cost_" + cur + "_total", "counter", "Redone work after a resume, priced, by device.");
+  w.family("frugal_redone_cost_" + cur + "_total", "counter",
+           "Redone work after a resume, priced, by device.");
   for (const auto& d : s.devices)
     w.sample("frugal_redone_cost_" + cur + "_total", device(d), d.redone_cost.to_decimal());
 
@@ -286,8 +289,13 @@ inline std::string to_json(const ledger_snapshot& s) {
   auto tag = [&](const tag_figures& t) {
     std::string o = "{\"name\":" + json_escape(t.name) + ",\"requests\":" + std::to_string(t.requests) +
                     ",\"outcomes\":{";
-    for (std::size_t i = 0; i < outcome_count; ++i)
-      o += (i ? "," : "") + json_escape(to_string(outcome(i))) + ":" + std::to_string(t.by_outcome[i]);
+    for (std::size_t i = 0; i < outcome_count; ++i) {
+      // Appended piece by piece: `"," + std::string&&` trips GCC 12's -Wrestrict at -O3 (bug 105329).
+      if (i) o += ',';
+      o += json_escape(to_string(outcome(i)));
+      o += ':';
+      o += std::to_string(t.by_outcome[i]);
+    }
     o += "},\"batches\":" + std::to_string(t.batches) +
          ",\"batched_items\":" + std::to_string(t.batched_items) +
          ",\"tokens_in\":" + std::to_string(t.tokens_in) + ",\"tokens_out\":" + std::to_string(t.tokens_out) +
@@ -320,7 +328,10 @@ inline std::string to_json(const ledger_snapshot& s) {
                   ",\"idle_cost\":" + m(s.idle_cost) + ",\"unallocated_idle\":" + m(s.unallocated_idle) +
                   ",\"utilization\":" + detail::json_num(s.utilization) +
                   ",\"idle_sharing\":" + json_escape(sharing[static_cast<int>(s.share)]) + ",\"features\":[";
-  for (std::size_t i = 0; i < s.tags.size(); ++i) o += (i ? "," : "") + tag(s.tags[i]);
+  for (std::size_t i = 0; i < s.tags.size(); ++i) {
+    if (i) o += ',';
+    o += tag(s.tags[i]);
+  }
   o += "],\"total\":" + tag(s.total) + ",\"devices\":[";
   for (std::size_t i = 0; i < s.devices.size(); ++i) {
     const device_figures& d = s.devices[i];

@@ -1,0 +1,48 @@
+// Every public host header, and the templates a user instantiates first, compiled by
+// check_warnings.cmake with -Wall -Wextra -Wpedantic -Werror at -O2 and -O3 on GCC and clang: a user who
+// includes frugal into a -Werror build must not stop on a warning of ours (issue 19, class 10). GCC's
+// middle-end warnings (-Wrestrict, -Wstringop-overflow) only fire on code that is instantiated and
+// inlined, hence the calls below; examples/loop/main.cpp is compiled the same way.
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "frugal/frugal.hpp"
+#include "frugal/job.hpp"
+#include "frugal/safetensors.hpp"
+#include "frugal/version.hpp"
+#if __has_include(<utf8proc.h>)
+#  include "frugal/wordpiece.hpp"
+#endif
+#if __has_include(<hiredis/hiredis.h>)
+#  include "frugal/redis.hpp"
+#endif
+#if __has_include(<hnswlib/hnswlib.h>)
+#  include "frugal/semantic.hpp"
+#endif
+
+using namespace std::chrono_literals;
+namespace fc = frugal::cost;
+
+int main() {
+  const char text[] = "embed-v1";
+  const frugal::key128 k = frugal::hash_key(text, std::string("prompt"), 42, 1.5f);
+  frugal::lru_cache<std::string> cache{{.max_entries = 16}};
+  cache.put(k, "value");
+  const auto hit = cache.get(k);
+
+  frugal::manual_clock clock;
+  fc::ledger<frugal::manual_clock> ledger(
+      {.prices = {{.gpu_class = "L4", .on_demand = fc::rate::per_hour(fc::money::parse("$0.80"))}},
+       .devices = {{.gpu_class = "L4"}}},
+      clock);
+  const fc::tag_id tag = ledger.tag("chat");
+  ledger.record_batch({.tag = tag, .busy = 5ms, .batch_size = 4, .capacity = 8});
+  ledger.record_request(tag, 7ms);
+  clock.advance(1s);
+  const fc::ledger_snapshot s = ledger.snapshot();
+  const std::string out = fc::to_json(s) + fc::to_prometheus(s) + fc::to_table(s) + s.total_cost.to_string();
+  std::printf("%zu %d\n", out.size(), hit ? 1 : 0);
+  return 0;
+}

@@ -1,0 +1,251 @@
+// The ledger's record functions driven by the fuzzer's bytes, with extreme durations, counts and clock
+// jumps. Property: a duration outside [0, max_record_duration] or any other bad value is
+// std::invalid_argument, an unknown device std::out_of_range, both from "frugal::cost::ledger::", and
+// changes nothing; every accepted record is counted; snapshot() never throws; the counters Prometheus
+// reads as counters never go down from one snapshot to the next; the JSON export parses (no NaN or
+// infinity token) and the Prometheus export has no NaN. Each input's work is bounded, the
+// coordinated-omission correction included.
+#include <fuzzer/FuzzedDataProvider.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
+#include <stdexcept>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "frugal/clock.hpp"
+#include "frugal/cost.hpp"
+
+namespace fc = frugal::cost;
+using namespace std::chrono_literals;
+
+namespace {
+
+[[noreturn]] void fail(const char* what, long long a = 0, long long b = 0) {
+  std::fprintf(stderr, "fuzz_ledger: %s (%lld, %lld)\n", what, a, b);
+  std::abort();
+}
+
+std::chrono::nanoseconds duration(FuzzedDataProvider& fdp) {
+  constexpr std::int64_t max = fc::max_record_duration.count();
+  constexpr std::int64_t edge[] = {0,
+                                   1,
+                                   -1,
+                                   max,
+                                   max + 1,
+                                   std::numeric_limits<std::int64_t>::max(),
+                                   std::numeric_limits<std::int64_t>::min(),
+                                   1'000'000,
+                                   3'600'000'000'000};
+  if (fdp.ConsumeBool()) return std::chrono::nanoseconds(edge[fdp.ConsumeIntegralInRange<int>(0, 8)]);
+  return std::chrono::nanoseconds(fdp.ConsumeIntegral<std::int64_t>());
+}
+
+bool in_range(std::chrono::nanoseconds d) { return d >= 0ns && d <= fc::max_record_duration; }
+
+// Calls f, which must throw from the ledger exactly when `bad`: std::invalid_argument for a bad value,
+// std::out_of_range for an unknown device or tag (both std::logic_error).
+template <class F>
+void expect(bool bad, const char* what, F&& f) {
+  try {
+    f();
+  } catch (const std::logic_error& e) {
+    if (std::string(e.what()).rfind("frugal::cost::ledger::", 0) != 0)
+      fail("an error that does not say where");
+    if (!bad) {
+      std::fprintf(stderr, "unexpected error: %s\n", e.what());
+      fail(what);
+    }
+    return;
+  }
+  if (bad) fail(what);
+}
+
+// Counters that must never go down between snapshots.
+struct counters {
+  std::uint64_t requests = 0, batches = 0, items = 0, hits = 0, remote_hits = 0, loads = 0, preemptions = 0;
+  std::uint64_t latency_sum = 0;  // saturates at UINT64_MAX (corrected series of long latencies)
+  std::int64_t busy = 0, saved = 0, load = 0;
+};
+
+counters read(const fc::ledger_snapshot& s) {
+  counters c;
+  c.requests = s.total.requests;
+  c.batches = s.total.batches;
+  c.items = s.total.batched_items;
+  c.hits = s.total.cache_hits;
+  c.remote_hits = s.total.remote_hits;
+  c.busy = s.total.busy.count();
+  c.latency_sum = s.total.latency_histogram.sum;
+  c.saved = s.total.cache_saved_time.count();
+  for (const auto& d : s.devices) {
+    c.loads += d.model_loads;
+    c.preemptions += d.preemptions;
+    c.load += d.load.count();
+  }
+  return c;
+}
+
+void check_monotone(const counters& a, const counters& b) {
+  const auto le = [](auto x, auto y, const char* what) {
+    if (y < x) fail(what, static_cast<long long>(x), static_cast<long long>(y));
+  };
+  le(a.requests, b.requests, "requests went down");
+  le(a.batches, b.batches, "batches went down");
+  le(a.items, b.items, "batched items went down");
+  le(a.hits, b.hits, "cache hits went down");
+  le(a.remote_hits, b.remote_hits, "remote hits went down");
+  le(a.loads, b.loads, "model loads went down");
+  le(a.preemptions, b.preemptions, "preemptions went down");
+  le(a.busy, b.busy, "busy time went down");
+  le(a.latency_sum, b.latency_sum, "latency sum went down");
+  le(a.saved, b.saved, "saved time went down");
+  le(a.load, b.load, "load time went down");
+  if (b.busy < 0 || b.saved < 0 || b.load < 0) fail("a negative time");
+}
+
+void check_exports(const fc::ledger_snapshot& s) {
+  const std::string json = fc::to_json(s);
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(json);
+  } catch (const std::exception&) {
+    fail("to_json is not JSON");
+  }
+  const std::string prom = fc::to_prometheus(s);
+  for (const char* bad : {"nan", "NaN"})
+    if (prom.find(bad) != std::string::npos) fail("NaN in the Prometheus export");
+  (void)fc::to_table(s);
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  FuzzedDataProvider fdp(data, size);
+  frugal::manual_clock clock;
+  fc::ledger_options o{
+      .prices = {{.gpu_class = "A100",
+                  .on_demand = fc::rate::per_hour(fc::money::parse("$3.60")),
+                  .spot = fc::rate::per_hour(fc::money::parse("$1.10"))}},
+      .devices = {{.gpu_class = "A100"}, {.gpu_class = "A100", .pricing = fc::billing::spot}},
+      .share_idle = static_cast<fc::idle_sharing>(fdp.ConsumeIntegralInRange<int>(0, 2)),
+      .expected_interval = fdp.ConsumeBool() ? std::chrono::nanoseconds(
+                                                   fdp.ConsumeIntegralInRange<std::int64_t>(1, 1'000'000'000))
+                                             : 0ns,
+      // Mostly small histograms (fast runs), sometimes the default hour.
+      .latency_highest =
+          fdp.ConsumeBool()
+              ? std::chrono::nanoseconds(std::chrono::hours(1))
+              : std::chrono::nanoseconds(fdp.ConsumeIntegralInRange<std::int64_t>(1'000'000, 60'000'000'000)),
+  };
+  fc::ledger<frugal::manual_clock> ledger(std::move(o), clock);
+  const fc::tag_id tags[] = {ledger.tag("chat"), ledger.tag("search")};
+  std::uint64_t want_requests = 0, want_batches = 0, want_loads = 0;
+  counters last = read(ledger.snapshot());
+
+  for (int step = 0; step < 64 && fdp.remaining_bytes() > 0; ++step) {
+    const fc::tag_id tag = tags[fdp.ConsumeIntegralInRange<int>(0, 1)];
+    const std::size_t device = fdp.ConsumeIntegralInRange<std::size_t>(0, 2);  // 2 is no device
+    const bool bad_device = device >= 2;
+    switch (fdp.ConsumeIntegralInRange<int>(0, 9)) {
+      case 0: {
+        const fc::batch_record b{.tag = tag,
+                                 .device = device,
+                                 .busy = duration(fdp),
+                                 .batch_size = fdp.ConsumeIntegral<std::uint32_t>(),
+                                 .capacity = fdp.ConsumeIntegral<std::uint32_t>(),
+                                 .tokens_in = fdp.ConsumeIntegral<std::uint64_t>(),
+                                 .tokens_out = fdp.ConsumeIntegral<std::uint64_t>()};
+        const bool bad = bad_device || !in_range(b.busy) || b.batch_size == 0 ||
+                         (b.capacity != 0 && b.capacity < b.batch_size);
+        expect(bad, "record_batch", [&] { ledger.record_batch(b); });
+        want_batches += !bad;
+        break;
+      }
+      case 1: {
+        const auto d = duration(fdp);
+        const auto outcome = static_cast<fc::outcome>(fdp.ConsumeIntegralInRange<int>(0, fc::outcome_count));
+        const bool bad = !in_range(d) || static_cast<std::size_t>(outcome) >= fc::outcome_count;
+        expect(bad, "record_request", [&] { ledger.record_request(tag, d, outcome); });
+        want_requests += !bad;
+        break;
+      }
+      case 2: {
+        const auto d = duration(fdp);
+        expect(!in_range(d), "record_cache_hit", [&] { ledger.record_cache_hit(tag, d); });
+        break;
+      }
+      case 3:
+        ledger.record_cache_hit(tag);
+        break;
+      case 4: {
+        const auto d = duration(fdp);
+        if (fdp.ConsumeBool())
+          expect(!in_range(d), "record_semantic_hit", [&] { ledger.record_semantic_hit(tag, d); });
+        else
+          expect(!in_range(d), "record_remote_hit", [&] { ledger.record_remote_hit(tag, d); });
+        break;
+      }
+      case 5: {
+        const auto d = duration(fdp);
+        const bool bad = bad_device || !in_range(d);
+        expect(bad, "record_model_load", [&] { ledger.record_model_load(device, d); });
+        want_loads += !bad;
+        break;
+      }
+      case 6: {
+        const auto d = duration(fdp);
+        const std::uint64_t redone = fdp.ConsumeIntegral<std::uint64_t>();
+        expect(bad_device || !in_range(d), "record_preemption",
+               [&] { ledger.record_preemption(device, redone, d); });
+        break;
+      }
+      case 7: {
+        const std::uint64_t cap = fdp.ConsumeIntegral<std::uint64_t>(),
+                            used = fdp.ConsumeIntegral<std::uint64_t>();
+        expect(bad_device || cap == 0 || used > cap, "record_memory",
+               [&] { ledger.record_memory(device, used, cap); });
+        break;
+      }
+      case 8:
+        // The clock jumps, up to years at once: wall-time sums must saturate, not wrap.
+        clock.advance(
+            std::chrono::nanoseconds(fdp.ConsumeIntegralInRange<std::int64_t>(0, std::int64_t{1} << 62)));
+        break;
+      default: {
+        fc::ledger_snapshot s;
+        try {
+          s = ledger.snapshot();
+        } catch (const std::exception& e) {
+          std::fprintf(stderr, "snapshot threw: %s\n", e.what());
+          fail("snapshot() threw");
+        }
+        const counters now = read(s);
+        check_monotone(last, now);
+        last = now;
+        check_exports(s);
+      }
+    }
+  }
+  fc::ledger_snapshot s;
+  try {
+    s = ledger.snapshot();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "snapshot threw: %s\n", e.what());
+    fail("snapshot() threw");
+  }
+  const counters now = read(s);
+  check_monotone(last, now);
+  if (now.requests != want_requests)
+    fail("requests counted", static_cast<long long>(now.requests), static_cast<long long>(want_requests));
+  if (now.batches != want_batches)
+    fail("batches counted", static_cast<long long>(now.batches), static_cast<long long>(want_batches));
+  if (now.loads != want_loads)
+    fail("model loads counted", static_cast<long long>(now.loads), static_cast<long long>(want_loads));
+  check_exports(s);
+  return 0;
+}
