@@ -8,6 +8,9 @@
 //                 FRUGAL_REDIS_PASSWORD)
 //                 [--semantic] [--semantic-threshold X] [--semantic-entries N] [--semantic-model-ms X]
 //                 [--semantic-gpu-usd X]  (POST /v1/semantic/answer, see semantic_route.hpp)
+//                 [--models FILE]  (several models from one pool, loaded on demand and unloaded when
+//                 idle, within a memory budget: see models_config.hpp; --model DIR is their default path)
+//                 [--pool-collect-s X]  (how often idle models are unloaded, default 1)
 //
 // The bearer token is read from --token-file or the environment variable FRUGAL_SERVER_TOKEN, never
 // from the command line (it would show in ps) and never logged. SIGTERM or SIGINT stops accepting,
@@ -51,6 +54,7 @@ int main(int argc, char** argv) {
   else
     o.model_dir = FRUGAL_DEFAULT_MODEL_DIR;
   if (const char* t = std::getenv("FRUGAL_SERVER_TOKEN"); t && *t) o.token = t;
+  std::string models_file;
   try {
     for (int i = 1; i < argc; ++i) {
       const std::string a = argv[i];
@@ -60,7 +64,15 @@ int main(int argc, char** argv) {
       };
       if (a == "--model")
         o.model_dir = value();
-      else if (a == "--model-name")
+      else if (a == "--models")
+        models_file = value();
+      else if (a == "--pool-collect-s") {
+        const std::string v = value();
+        char* end = nullptr;
+        o.collect_interval_s = std::strtod(v.c_str(), &end);
+        if (v.empty() || *end || !(o.collect_interval_s >= 0.01 && o.collect_interval_s <= 3600))
+          throw std::invalid_argument("--pool-collect-s must be a number in 0.01 .. 3600, not \"" + v + "\"");
+      } else if (a == "--model-name")
         o.model_name = value();
       else if (a == "--host")
         o.host = value();
@@ -122,7 +134,11 @@ int main(int argc, char** argv) {
     }
     (void)bert::parse_precision(o.precision);
     (void)frugal::cost::money::parse(o.hourly_usd);
-    if (o.model_dir.empty()) throw std::invalid_argument("--model DIR is required");
+    // The whole model config is checked here, before any work: every field, with its path.
+    if (!models_file.empty())
+      o.models = server::load_models_config(models_file, o.model_dir);
+    else if (o.model_dir.empty())
+      throw std::invalid_argument("--model DIR (or --models FILE) is required");
   } catch (const std::exception& e) {
     std::fprintf(stderr, "frugal_server: %s (see --help)\n", e.what());
     return 2;

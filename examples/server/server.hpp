@@ -5,8 +5,14 @@
 //
 //   POST /v1/embeddings   {"model": "...", "input": "text" | ["text", ...], "user": "feature"}
 //   GET  /metrics         the ledger's Prometheus text, the batcher's and cache's stats, the process's own
-//   GET  /healthz         alive;   GET /readyz   the model is loaded and warm
-//   GET  /v1/models       the served model
+//   GET  /healthz         alive;   GET /readyz   every pinned model is loaded and warm
+//   GET  /v1/models       the served models, each with its state in the pool
+//
+// The models come from a frugal::model_pool (models_config.hpp): loaded on their first request (or at
+// start when pinned), unloaded after their idle_unload_s without requests, and kept within the pool's
+// memory budget by unloading idle ones, least recently used first. Each model has its own batcher and
+// worker; a worker holds a lease on its model for one batch at a time.
+#include <malloc.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -27,6 +33,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bert.hpp"
+#include "models_config.hpp"
 #if FRUGAL_SERVER_WITH_REDIS
 #  include <frugal/redis.hpp>
 #endif
@@ -49,7 +56,11 @@ struct options {
   std::string model_dir;
   std::string model_name = "all-MiniLM-L6-v2";
   std::string precision = "int8";
-  std::string calibration;  ///< SmoothQuant's calibration sentences (int8)
+  /// The served models and the pool's budget (--models FILE); empty: one pinned model from model_dir,
+  /// model_name and precision.
+  models_config models{};
+  double collect_interval_s = 1;  ///< how often the pool unloads idle models
+  std::string calibration;        ///< SmoothQuant's calibration sentences (int8)
   std::size_t calibration_sentences = 64;
   std::size_t model_threads = 1;
   int http_threads = 16;
@@ -112,13 +123,20 @@ class app {
     frugal::key128 key{};
   };
 
+ private:
+  // One served model: its tokenizer (always loaded), its batcher and its worker.
+  struct route {
+    std::string name, precision;
+    double idle_unload_s = 0;
+    std::shared_ptr<const frugal::wordpiece::tokenizer> tokenizer;
+    std::unique_ptr<frugal::batcher<request, embedding>> batcher;
+    std::jthread worker;  // after the batcher: joined before it is destroyed
+  };
+  using pool_type = frugal::model_pool<bert::encoder>;
+
+ public:
   explicit app(const options& o)
       : opt_(o),
-        batcher_({.window = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                      std::chrono::duration<double, std::milli>(o.window_ms)),
-                  .max_batch = o.max_batch,
-                  .max_batch_cost = o.max_batch_tokens,
-                  .max_queued = o.max_queued}),
         ledger_({.prices = {{.gpu_class = o.gpu_name,
                              .on_demand =
                                  frugal::cost::rate::per_hour(frugal::cost::money::parse(o.hourly_usd))}},
@@ -149,27 +167,78 @@ class app {
           o.semantic, o.hourly_usd,
           [this](const std::string& t) -> std::optional<std::vector<float>> {
             if (!ready_ || draining_) return std::nullopt;
-            const auto ids = model_->tokenize(t);
-            return std::move(model_->encode(std::span(&ids, 1))[0]);
+            route& r = *routes_.front();  // the first model of the config
+            const auto ids = r.tokenizer->encode(t);
+            auto lease = pool_->acquire(r.name);
+            return std::move(lease->encode(std::span(&ids, 1))[0]);
           },
           [this](const httplib::Request& req, httplib::Response& res) { return authorized(req, res); });
   }
 
-  /// @brief Loads the model and warms it up; /readyz answers 200 from then on.
+  /// @brief Builds the pool and each model's batcher, loads and warms up the pinned models, and starts
+  /// the workers; /readyz answers 200 from then on.
   void load() {
-    bert::load_options lo{.weights = bert::parse_precision(opt_.precision), .threads = opt_.model_threads};
-    if (lo.weights == bert::precision::int8) {
-      std::ifstream in(opt_.calibration);
-      if (!in)
-        throw std::runtime_error("--calibration " + opt_.calibration + " cannot be opened (int8 needs it)");
-      for (std::string l; lo.calibration.size() < opt_.calibration_sentences && std::getline(in, l);)
-        lo.calibration.push_back(l);
+    models_config mc = opt_.models;
+    if (mc.models.empty()) {
+      mc.models.push_back(
+          {.name = opt_.model_name, .precision = opt_.precision, .path = opt_.model_dir, .pinned = true});
+      finish_models_config(mc, opt_.model_dir, "", false);
     }
-    const auto t0 = clock::now();
-    model_.emplace(bert::encoder::load(opt_.model_dir, lo));
-    ledger_.record_model_load(0, std::chrono::duration_cast<std::chrono::nanoseconds>(clock::now() - t0));
-    (void)model_->encode_texts(std::vector<std::string>{"warm up"});
-    worker_ = std::jthread([this](std::stop_token st) { work(st); });
+    std::vector<frugal::model_spec<>> specs;
+    std::map<std::string, std::shared_ptr<const frugal::wordpiece::tokenizer>> tokenizers;  // by path
+    for (const model_entry& m : mc.models) {
+      frugal::model_spec<> spec{.name = m.name,
+                                .args = {{"path", m.path}, {"precision", m.precision}},
+                                .estimated_bytes = m.estimated_bytes,
+                                .pinned = m.pinned,
+                                .warm_up_input = "warm up"};
+      spec.idle_unload_after = std::chrono::duration_cast<std::chrono::nanoseconds>(
+          std::chrono::duration<double>(m.idle_unload_s));
+      specs.push_back(std::move(spec));
+      // The tokenizer stays loaded with the route (a few MB), so that requests are tokenized, and their
+      // cache keys made, while the model itself may be unloaded.
+      auto& tok = tokenizers[m.path];
+      if (!tok) {
+        const bert::config cfg = bert::config::load(m.path + "/config.json");
+        tok = std::make_shared<const frugal::wordpiece::tokenizer>(
+            m.path + "/vocab.txt",
+            frugal::wordpiece::options{.max_length = std::min<std::size_t>(256, cfg.max_positions)});
+      }
+      auto r = std::make_unique<route>();
+      r->name = m.name;
+      r->precision = m.precision;
+      r->idle_unload_s = m.idle_unload_s;
+      r->tokenizer = tok;
+      r->batcher = std::make_unique<frugal::batcher<request, embedding>>(
+          frugal::batcher_options{.window = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                      std::chrono::duration<double, std::milli>(opt_.window_ms)),
+                                  .max_batch = opt_.max_batch,
+                                  .max_batch_cost = opt_.max_batch_tokens,
+                                  .max_queued = opt_.max_queued});
+      by_name_[r->name] = r.get();
+      routes_.push_back(std::move(r));
+    }
+    pool_ = std::make_unique<pool_type>(pool_type::options{
+        .budget_bytes = mc.budget_bytes,
+        .models = std::move(specs),
+        .load = [this](const frugal::model_spec<>& spec) { return load_model(spec); },
+        .warm_up =
+            [](bert::encoder& e, const frugal::model_spec<>& spec) {
+              (void)e.encode_texts(std::vector<std::string>{spec.warm_up_input});
+            },
+        .unload =
+            [](std::unique_ptr<bert::encoder> e, const frugal::model_spec<>&) {
+              e.reset();
+              ::malloc_trim(0);  // the freed weights go back to the system, not only to malloc's free lists
+            },
+        .acquire_timeout = std::chrono::duration_cast<std::chrono::nanoseconds>(
+            std::chrono::duration<double>(opt_.request_timeout_s)),
+        .collect_interval = std::chrono::duration_cast<std::chrono::nanoseconds>(
+            std::chrono::duration<double>(opt_.collect_interval_s)),
+        .ledger = &ledger_,
+        .ledger_device = 0});
+    pool_->load_pinned();
+    for (auto& r : routes_) r->worker = std::jthread([this, &r = *r](std::stop_token st) { work(r, st); });
     sampler_ = std::jthread([this](std::stop_token st) { sample(st); });
     ready_ = true;
   }
@@ -187,9 +256,9 @@ class app {
       res.set_content("{\"status\":\"ok\"}", "application/json");
     });
     http.Get("/readyz", [this](const httplib::Request&, httplib::Response& res) {
-      res.status = ready_ && !draining_ ? 200 : 503;
-      res.set_content(ready_ && !draining_ ? "{\"status\":\"ready\"}" : "{\"status\":\"not ready\"}",
-                      "application/json");
+      const bool ok = serving();
+      res.status = ok ? 200 : 503;
+      res.set_content(ok ? "{\"status\":\"ready\"}" : "{\"status\":\"not ready\"}", "application/json");
     });
     http.Get("/metrics", [this](const httplib::Request& req, httplib::Response& res) {
       if (!authorized(req, res)) return;
@@ -197,10 +266,7 @@ class app {
     });
     http.Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
       if (!authorized(req, res)) return;
-      res.set_content(json{{"object", "list"},
-                           {"data", {{{"id", opt_.model_name}, {"object", "model"}, {"owned_by", "frugal"}}}}}
-                          .dump(),
-                      "application/json");
+      res.set_content(models_json().dump(), "application/json");
     });
     http.Post("/v1/embeddings",
               [this](const httplib::Request& req, httplib::Response& res) { embeddings(req, res); });
@@ -221,9 +287,11 @@ class app {
   /// writes the ledger's exports. Call after the HTTP server has stopped and joined its handlers.
   void drain() {
     draining_ = true;
-    batcher_.close(frugal::drain::yes);
-    worker_.request_stop();
-    if (worker_.joinable()) worker_.join();
+    for (auto& r : routes_) r->batcher->close(frugal::drain::yes);
+    for (auto& r : routes_) {
+      r->worker.request_stop();
+      if (r->worker.joinable()) r->worker.join();
+    }
     sampler_.request_stop();
     if (sampler_.joinable()) sampler_.join();
     if (!opt_.export_dir.empty()) {
@@ -301,11 +369,16 @@ class app {
     const auto model = body.find("model");
     if (model == body.end() || !model->is_string())
       return fail(res, 400, "'model' must be a string", "model");
-    if (*model != opt_.model_name)
-      return fail(res, 404,
-                  "the model '" + model->get<std::string>() + "' does not exist (this server has '" +
-                      opt_.model_name + "')",
-                  "model", "invalid_request_error");
+    const auto found = by_name_.find(model->get<std::string>());
+    if (found == by_name_.end()) {
+      std::string names;
+      for (const auto& r : routes_) names += (names.empty() ? "'" : ", '") + r->name + "'";
+      return fail(
+          res, 404,
+          "the model '" + model->get<std::string>() + "' does not exist (this server has " + names + ")",
+          "model", "invalid_request_error");
+    }
+    route& rt = *found->second;
     const auto input = body.find("input");
     std::vector<std::string> texts;
     if (input == body.end()) return fail(res, 400, "'input' is required", "input");
@@ -364,9 +437,9 @@ class app {
     std::vector<std::size_t> misses;
     std::vector<frugal::key128> keys(texts.size());
     for (std::size_t i = 0; i < texts.size(); ++i) {
-      p->ids[i] = model_->tokenize(texts[i]);
+      p->ids[i] = rt.tokenizer->encode(texts[i]);
       tokens += p->ids[i].size();
-      keys[i] = frugal::hash_key(opt_.model_name, std::string_view(texts[i]));
+      keys[i] = frugal::hash_key(rt.name, std::string_view(texts[i]));
       if (auto hit = lookup(keys[i], tag)) {
         p->out[i] = std::move(hit);
         continue;
@@ -376,18 +449,18 @@ class app {
     p->left = misses.size();
     accepted_.fetch_add(1);
     for (const std::size_t i : misses) {
-      batcher_.submit(request{static_cast<std::int32_t>(i), &p->ids[i], tag, keys[i]},
-                      [p, i](frugal::outcome<embedding> o) noexcept {
-                        std::lock_guard g(p->m);
-                        if (o.has_value()) {
-                          p->out[i] = *o;
-                        } else {
-                          if (o.code() == frugal::batch_errc::queue_full) p->full = true;
-                          if (!p->error) p->error = o.error();
-                        }
-                        if (--p->left == 0) p->cv.notify_all();
-                      },
-                      {.weight = p->ids[i].size()});
+      rt.batcher->submit(request{static_cast<std::int32_t>(i), &p->ids[i], tag, keys[i]},
+                         [p, i](frugal::outcome<embedding> o) noexcept {
+                           std::lock_guard g(p->m);
+                           if (o.has_value()) {
+                             p->out[i] = *o;
+                           } else {
+                             if (o.code() == frugal::batch_errc::queue_full) p->full = true;
+                             if (!p->error) p->error = o.error();
+                           }
+                           if (--p->left == 0) p->cv.notify_all();
+                         },
+                         {.weight = p->ids[i].size()});
     }
     bool done;
     {
@@ -423,7 +496,7 @@ class app {
     for (std::size_t i = 0; i < texts.size(); ++i) ledger_.record_request(tag, latency);
     res.set_content(json{{"object", "list"},
                          {"data", std::move(data)},
-                         {"model", opt_.model_name},
+                         {"model", rt.name},
                          {"usage", {{"prompt_tokens", tokens}, {"total_tokens", tokens}}}}
                         .dump(),
                     "application/json");
@@ -431,15 +504,18 @@ class app {
 
   // The user-owned loop: one model call per batch, each caller its own row; busy time split over the
   // batch's features by their tokens.
-  void work(std::stop_token st) {
-    while (auto b = batcher_.next_batch(st)) {
+  void work(route& r, std::stop_token st) {
+    while (auto b = r.batcher->next_batch(st)) {
       auto reqs = b->requests();
       std::vector<std::vector<std::int32_t>> ids;
       ids.reserve(reqs.size());
       for (const auto& r : reqs) ids.push_back(*r.ids);
       try {
+        // A lease for the batch: it loads the model on a cold start (recorded by the pool in the ledger as
+        // a model load), and keeps it from being unloaded while the batch runs.
+        auto model = pool_->acquire(r.name);
         const auto t0 = clock::now();
-        auto out = model_->encode(ids);
+        auto out = model->encode(ids);
         const auto busy = clock::now() - t0;
         std::vector<embedding> results;
         results.reserve(out.size());
@@ -483,8 +559,9 @@ class app {
       cpu_utilization_.store(wall > 0 ? (cpu - last_cpu) / wall : 0);
       last_cpu = cpu, last = now;
       ledger_.record_memory(0, resident_bytes(), physical_bytes());
-      const auto s = batcher_.stats();
-      ledger_.record_queue_depth(s.queue_depth, opt_.max_queued);
+      std::size_t depth = 0;
+      for (const auto& r : routes_) depth += r->batcher->stats().queue_depth;
+      ledger_.record_queue_depth(depth, opt_.max_queued * routes_.size());
     }
   }
 
@@ -497,17 +574,26 @@ class app {
                     v);
       out += line;
     };
-    const auto b = batcher_.stats();
-    add("frugal_batcher_submitted_total", "counter", "Inputs submitted to the batcher.",
-        static_cast<double>(b.submitted));
-    add("frugal_batcher_completed_total", "counter", "Inputs the model answered.",
-        static_cast<double>(b.completed));
-    add("frugal_batcher_batches_total", "counter", "Model calls.", static_cast<double>(b.batches));
-    add("frugal_batcher_queue_depth", "gauge", "Inputs waiting for the model.",
-        static_cast<double>(b.queue_depth));
-    add("frugal_batcher_queue_limit", "gauge", "The queue's limit (max_queued).",
-        static_cast<double>(opt_.max_queued));
-    add("frugal_batcher_mean_batch_size", "gauge", "Mean inputs per model call.", b.mean_batch_size);
+    // The batchers' figures summed over the models (one batcher each).
+    std::uint64_t submitted = 0, completed = 0, batches = 0, depth = 0;
+    for (const auto& r : routes_) {
+      const auto b = r->batcher->stats();
+      submitted += b.submitted;
+      completed += b.completed;
+      batches += b.batches;
+      depth += b.queue_depth;
+    }
+    add("frugal_batcher_submitted_total", "counter", "Inputs submitted to the batchers.",
+        static_cast<double>(submitted));
+    add("frugal_batcher_completed_total", "counter", "Inputs the models answered.",
+        static_cast<double>(completed));
+    add("frugal_batcher_batches_total", "counter", "Model calls.", static_cast<double>(batches));
+    add("frugal_batcher_queue_depth", "gauge", "Inputs waiting for a model.", static_cast<double>(depth));
+    add("frugal_batcher_queue_limit", "gauge", "The queues' limit (max_queued per model).",
+        static_cast<double>(opt_.max_queued * routes_.size()));
+    add("frugal_batcher_mean_batch_size", "gauge", "Mean inputs per model call.",
+        batches ? static_cast<double>(completed) / static_cast<double>(batches) : 0.0);
+    pool_metrics(out);
 #if FRUGAL_SERVER_WITH_REDIS
     if (tier_) {
       const auto t = tier_->stats();
@@ -547,25 +633,108 @@ class app {
     add("frugal_replicas_desired", "gauge",
         "Replicas the HPA rule asks for at the measured utilization (min 0, max 6, target 70%).",
         static_cast<double>(replicas.desired));
-    add("frugal_model_ready", "gauge", "1 when the model is loaded and warm.", ready_ && !draining_ ? 1 : 0);
+    add("frugal_model_ready", "gauge", "1 when every pinned model is loaded and warm.", serving() ? 1 : 0);
     return out;
   }
 
+  bool serving() const { return ready_ && !draining_ && pool_->ready(); }
+
+  // The pool's figures, per model (names are checked to be label-safe in models_config.hpp).
+  void pool_metrics(std::string& out) const {
+    const frugal::pool_stats ps = pool_->stats();
+    const auto family = [&](const char* name, const char* type, const char* help) {
+      out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
+    };
+    const auto sample = [&](const char* name, const std::string& model, double v) {
+      char num[64];
+      std::snprintf(num, sizeof num, "%.17g", v);
+      out += std::string(name) + "{model=\"" + model + "\"} " + num + "\n";
+    };
+    const auto per_model = [&](const char* name, const char* type, const char* help, auto field) {
+      family(name, type, help);
+      for (const frugal::model_status& m : ps.models) sample(name, m.name, field(m));
+    };
+    per_model(
+        "frugal_pool_model_ready", "gauge", "1 when the model is loaded and warm.",
+        [](const frugal::model_status& m) { return m.state == frugal::model_state::ready ? 1.0 : 0.0; });
+    per_model("frugal_pool_model_bytes", "gauge", "Bytes the model takes in the pool's budget now.",
+              [](const frugal::model_status& m) { return static_cast<double>(m.bytes); });
+    per_model("frugal_pool_loads_total", "counter", "Good loads of the model (cold starts and reloads).",
+              [](const frugal::model_status& m) { return static_cast<double>(m.loads); });
+    per_model("frugal_pool_unloads_total", "counter", "Unloads of the model (evicted, idle, or at the end).",
+              [](const frugal::model_status& m) { return static_cast<double>(m.unloads); });
+    per_model("frugal_pool_idle_unloads_total", "counter", "Unloads after idle_unload_s without requests.",
+              [](const frugal::model_status& m) { return static_cast<double>(m.idle_unloads); });
+    per_model("frugal_pool_evictions_total", "counter", "Unloads to make room for another model.",
+              [](const frugal::model_status& m) { return static_cast<double>(m.evictions); });
+    per_model("frugal_pool_load_seconds_total", "counter", "Time spent loading and warming up the model.",
+              [](const frugal::model_status& m) {
+                return std::chrono::duration<double>(m.load_time_total).count();
+              });
+    out +=
+        "# HELP frugal_pool_used_bytes Bytes the loaded models take.\n# TYPE frugal_pool_used_bytes gauge\n";
+    out += "frugal_pool_used_bytes " + std::to_string(ps.used_bytes) + "\n";
+    out +=
+        "# HELP frugal_pool_budget_bytes The pool's memory budget.\n# TYPE frugal_pool_budget_bytes gauge\n";
+    out += "frugal_pool_budget_bytes " + std::to_string(ps.budget_bytes) + "\n";
+  }
+
+  // GET /v1/models: every model of the config, with its state in the pool.
+  json models_json() const {
+    const frugal::pool_stats ps = pool_->stats();
+    json data = json::array();
+    for (const frugal::model_status& m : ps.models) {
+      const route& r = *by_name_.at(m.name);
+      data.push_back({{"id", m.name},
+                      {"object", "model"},
+                      {"owned_by", "frugal"},
+                      {"precision", r.precision},
+                      {"state", frugal::to_string(m.state)},
+                      {"pinned", m.pinned},
+                      {"idle_unload_s", r.idle_unload_s},
+                      {"bytes", m.bytes},
+                      {"loads", m.loads},
+                      {"unloads", m.unloads},
+                      {"evictions", m.evictions},
+                      {"idle_unloads", m.idle_unloads},
+                      {"last_load_seconds", std::chrono::duration<double>(m.last_load_time).count()},
+                      {"last_error", m.last_error}});
+    }
+    return json{{"object", "list"}, {"data", std::move(data)}};
+  }
+
+  // The pool's loader: the encoder from spec.args (path, precision); its bytes as the encoder counts them.
+  frugal::loaded_model<bert::encoder> load_model(const frugal::model_spec<>& spec) const {
+    bert::load_options lo{.weights = bert::parse_precision(spec.args.at("precision")),
+                          .threads = opt_.model_threads};
+    if (lo.weights == bert::precision::int8) {
+      std::ifstream in(opt_.calibration);
+      if (!in)
+        throw std::runtime_error("--calibration " + opt_.calibration + " cannot be opened (int8 needs it)");
+      for (std::string l; lo.calibration.size() < opt_.calibration_sentences && std::getline(in, l);)
+        lo.calibration.push_back(l);
+    }
+    auto e = std::make_unique<bert::encoder>(bert::encoder::load(spec.args.at("path"), lo));
+    const std::size_t bytes = e->linear_bytes() + e->other_bytes();
+    return {std::move(e), bytes};
+  }
+
   options opt_;
-  frugal::batcher<request, embedding> batcher_;
   frugal::cost::ledger<> ledger_;
   std::optional<frugal::lru_cache<std::vector<float>>> cache_;
 #if FRUGAL_SERVER_WITH_REDIS
   using tier_type = frugal::redis_tier<std::vector<float>>;
   std::unique_ptr<tier_type> tier_;
 #endif
-  std::optional<bert::encoder> model_;
+  std::unique_ptr<pool_type> pool_;             // after the ledger it records in: destroyed before it
+  std::vector<std::unique_ptr<route>> routes_;  // after the pool: workers stop before it goes
+  std::map<std::string, route*, std::less<>> by_name_;
   frugal::cost::tag_id default_tag_{};
   std::atomic<bool> ready_{false}, draining_{false};
   std::atomic<double> cpu_utilization_{0};
   std::atomic<std::uint64_t> accepted_{0}, answered_{0};
-  std::jthread worker_, sampler_;
-  std::unique_ptr<semantic_route> semantic_;  // last: destroyed first, it calls into model_
+  std::jthread sampler_;
+  std::unique_ptr<semantic_route> semantic_;  // last: destroyed first, it calls into the pool
 };
 
 }  // namespace server

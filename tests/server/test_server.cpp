@@ -421,3 +421,171 @@ TEST_CASE(
   CHECK(metric(ma, "frugal_remote_faults_total{feature=\"default\"}") >= 1);
 #endif
 }
+
+namespace {
+
+// A --models file in a per-process temp directory, removed at scope exit.
+struct models_file {
+  fs::path path;
+  explicit models_file(const json& j, const std::string& tag) {
+    path = fs::temp_directory_path() / ("frugal_models_" + std::to_string(::getpid()) + "_" + tag + ".json");
+    std::ofstream f(path);
+    f << j.dump();
+    REQUIRE(f.good());
+  }
+  ~models_file() {
+    std::error_code ec;
+    fs::remove(path, ec);
+  }
+};
+
+// The model's row of GET /v1/models.
+json model_row(const httplib::Client& c, const std::string& name) {
+  auto& cl = const_cast<httplib::Client&>(c);
+  const auto r = cl.Get("/v1/models");
+  REQUIRE(r);
+  const json all = json::parse(r->body);  // named: a range-for over a temporary's member would dangle
+  for (const auto& m : all["data"])
+    if (m["id"] == name) return m;
+  FAIL("no model " << name << " in /v1/models: " << r->body);
+  return {};
+}
+
+// Polls until the model's row has `state`, for at most `within`.
+bool wait_state(const httplib::Client& c, const std::string& name, const std::string& state,
+                std::chrono::seconds within) {
+  const auto end = std::chrono::steady_clock::now() + within;
+  while (std::chrono::steady_clock::now() < end) {
+    if (model_row(c, name)["state"] == state) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "server: models from the pool; a cold start on the first request, unloaded when idle, loaded again") {
+  if (!have_model()) return;
+  models_file mf(json{{"models",
+                       {{{"name", "minilm-int8"}, {"precision", "int8"}, {"pinned", true}},
+                        {{"name", "minilm-fp32"}, {"precision", "fp32"}, {"idle_unload_s", 0.5}}}}},
+                 "idle");
+  server_proc s({"--models", mf.path.string(), "--pool-collect-s", "0.1"});
+  auto c = s.client();
+  CHECK(c.Get("/readyz")->status == 200);  // the pinned model is loaded and warm
+  json int8 = model_row(c, "minilm-int8"), fp32 = model_row(c, "minilm-fp32");
+  CHECK(int8["state"] == "ready");
+  CHECK(int8["precision"] == "int8");
+  CHECK(int8["pinned"] == true);
+  CHECK(int8["loads"] == 1);
+  CHECK(int8["bytes"].get<double>() > 10e6);
+  CHECK(fp32["state"] == "unloaded");
+  CHECK(fp32["loads"] == 0);
+  CHECK(fp32["bytes"] == 0);
+
+  // The first request to the fp32 model loads it (a cold start) and is answered by it.
+  const std::vector<std::string> texts{"A model loaded on demand.", "Another sentence."};
+  auto r = c.Post("/v1/embeddings", body(texts, "minilm-fp32"), "application/json");
+  REQUIRE(r);
+  REQUIRE(r->status == 200);
+  const json j = json::parse(r->body);
+  CHECK(j["model"] == "minilm-fp32");
+  const auto want = bert::encoder::load(model_dir()).encode_texts(texts);
+  for (std::size_t i = 0; i < texts.size(); ++i)
+    CHECK(bert::cosine(j["data"][i]["embedding"].get<std::vector<float>>(), want[i]) > 0.99999);
+  fp32 = model_row(c, "minilm-fp32");
+  CHECK(fp32["loads"] == 1);
+  CHECK(fp32["bytes"].get<double>() > int8["bytes"].get<double>());  // fp32 weights are larger
+  // The int8 model answers its own requests, close to fp32 but not equal.
+  r = c.Post("/v1/embeddings", body(texts[0], "minilm-int8"), "application/json");
+  REQUIRE(r->status == 200);
+  const double cos =
+      bert::cosine(json::parse(r->body)["data"][0]["embedding"].get<std::vector<float>>(), want[0]);
+  CHECK(cos > 0.98);
+  CHECK(cos < 0.999999);
+
+  // Idle for 0.5 s: unloaded, and its bytes leave the pool; the pinned one stays.
+  REQUIRE(wait_state(c, "minilm-fp32", "unloaded", std::chrono::seconds(10)));
+  fp32 = model_row(c, "minilm-fp32");
+  CHECK(fp32["idle_unloads"] == 1);
+  CHECK(fp32["bytes"] == 0);
+  CHECK(model_row(c, "minilm-int8")["state"] == "ready");
+  std::string m = c.Get("/metrics")->body;
+  CHECK(metric(m, "frugal_pool_idle_unloads_total{model=\"minilm-fp32\"}") == 1);
+  CHECK(metric(m, "frugal_pool_used_bytes") == int8["bytes"].get<double>());
+  CHECK(metric(m, "frugal_model_unloads_total{device=\"cpu0\",gpu_class=\"cpu\"}") == 1);  // the ledger's
+
+  // A new request loads it again, and the reloaded model gives the encoder's answer.
+  r = c.Post("/v1/embeddings", body(std::string("A third sentence."), "minilm-fp32"), "application/json");
+  REQUIRE(r->status == 200);
+  CHECK(bert::cosine(
+            json::parse(r->body)["data"][0]["embedding"].get<std::vector<float>>(),
+            bert::encoder::load(model_dir()).encode_texts(std::vector<std::string>{"A third sentence."})[0]) >
+        0.99999);
+  CHECK(model_row(c, "minilm-fp32")["loads"] == 2);
+  m = c.Get("/metrics")->body;
+  CHECK(metric(m, "frugal_model_loads_total{device=\"cpu0\",gpu_class=\"cpu\"}") == 3);
+  // An unknown model is a 404 that lists the served ones.
+  r = c.Post("/v1/embeddings", body("x", "minilm"), "application/json");
+  CHECK(r->status == 404);
+  CHECK(r->body.find("'minilm-int8', 'minilm-fp32'") != std::string::npos);
+}
+
+TEST_CASE("server: a pool budget of one model evicts the idle one for the next, and answers both") {
+  if (!have_model()) return;
+  // Two fp32 models of about 90 MB each in a budget of 150 MB: one at a time.
+  models_file mf(json{{"budget_mb", 150},
+                      {"models",
+                       {{{"name", "a"}, {"precision", "fp32"}, {"estimated_mb", 100}},
+                        {{"name", "b"}, {"precision", "fp32"}, {"estimated_mb", 100}}}}},
+                 "budget");
+  server_proc s({"--models", mf.path.string()});
+  auto c = s.client();
+  int round = 0;
+  for (const std::string name : {"a", "b", "a"}) {  // distinct texts: a repeat would be a cache hit
+    CAPTURE(name);
+    const auto r = c.Post("/v1/embeddings", body("budget sentence " + std::to_string(++round), name),
+                          "application/json");
+    REQUIRE(r);
+    CHECK(r->status == 200);
+    CHECK(model_row(c, name)["state"] == "ready");
+  }
+  const json a = model_row(c, "a"), b = model_row(c, "b");
+  CHECK(a["loads"] == 2);
+  CHECK(b["loads"] == 1);
+  CHECK(a["evictions"] == 1);
+  CHECK(b["evictions"] == 1);
+  CHECK(b["state"] == "unloaded");
+  const std::string m = c.Get("/metrics")->body;
+  CHECK(metric(m, "frugal_pool_used_bytes") <= 150.0 * (1 << 20));
+  CHECK(metric(m, "frugal_pool_evictions_total{model=\"a\"}") == 1);
+}
+
+TEST_CASE("server: a bad --models file is refused at start, naming the field's path; nothing is loaded") {
+  if (!have_model()) return;
+  const auto refused = [](const json& j, const std::string& words) {
+    CAPTURE(words);
+    models_file mf(j, "bad");
+    // Through sh, for the server's stderr on the pipe the test reads.
+    child p({"/bin/sh", "-c", "exec \"$0\" \"$@\" 2>&1", FRUGAL_SERVER_EXE, "--model", model_dir(), "--port",
+             "0", "--models", mf.path.string()});
+    std::string err;
+    for (std::string l; !(l = p.line()).empty();) err += l;
+    CHECK(p.wait_exit(std::chrono::seconds(20)) == 2);
+    CHECK(err.find(words) != std::string::npos);
+    CHECK(err.find("listening") == std::string::npos);
+  };
+  const json ok = {{"name", "m"}, {"precision", "fp32"}};
+  refused(json{{"models", {ok, {{"name", "n"}, {"precison", "fp32"}}}}}, "models[1].precison: unknown key");
+  refused(json{{"models", {{{"name", "m"}, {"precision", "int3"}}}}}, "models[0].precision");
+  refused(json{{"models", {ok, ok}}}, "models[1].name: \"m\" is given twice");
+  refused(json{{"models", {{{"name", "a b"}}}}}, "models[0].name");
+  refused(json{{"models", {{{"name", "m"}, {"pinned", true}, {"idle_unload_s", 5}}}}},
+          "models[0].idle_unload_s");
+  refused(json{{"models", {{{"name", "m"}, {"path", "/nonexistent"}}}}}, "models[0].path");
+  refused(json{{"models", {"m"}}}, "models[0]: must be an object");
+  refused(json{{"model", {ok}}}, "model: unknown key");
+  refused(json{{"models", json::array()}}, "needs at least one model");
+  refused(json{{"budget_mb", 0}, {"models", {ok}}}, "budget_mb");
+}

@@ -1,0 +1,169 @@
+#pragma once
+
+// The models frugal_server serves, from its pool (frugal::model_pool): given on the command line
+// (--model DIR --precision P --model-name N: one pinned model), or by --models FILE, a JSON file:
+//
+//   {"budget_mb": 600,
+//    "models": [{"name": "minilm-int8", "precision": "int8", "pinned": true},
+//               {"name": "minilm-fp32", "precision": "fp32", "path": "/models/all-MiniLM-L6-v2",
+//                "idle_unload_s": 300, "estimated_mb": 100}]}
+//
+// name       what requests ask for in "model"; 1-64 of [A-Za-z0-9._:-] (it is a Prometheus label)
+// precision  fp32, fp16, bf16, int8 or int4 (int8 is calibrated with --calibration's sentences)
+// path       the model's directory; default: --model DIR (or FRUGAL_MODEL_DIR)
+// pinned     loaded at start, never unloaded; /readyz waits for the pinned models. Default false
+// idle_unload_s  unloaded after this long without a request; 0 (default) keeps it until evicted
+// estimated_mb   its expected size, charged against the budget while it loads; default: the size of
+//                its model.safetensors, the peak of every precision's load (the fp32 weights are read
+//                first and converted); after a load, the size the encoder reports replaces it
+// budget_mb  what all loaded models may take together; default: the sum of every model's estimate
+//            (all fit). A load that does not fit unloads idle models, least recently used first.
+//
+// Everything is validated before any work, with the path of the bad field (models[1].precision);
+// unknown keys are errors, not ignored.
+#include <sys/stat.h>
+
+#include <cstddef>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "bert.hpp"
+
+namespace server {
+
+/// @brief One served model (see the file's comment for each field).
+struct model_entry {
+  std::string name;
+  std::string precision = "int8";
+  std::string path;
+  bool pinned = false;
+  double idle_unload_s = 0;
+  std::size_t estimated_bytes = 0;
+};
+
+/// @brief The served models and the pool's budget.
+struct models_config {
+  std::vector<model_entry> models;
+  std::size_t budget_bytes = 0;
+};
+
+namespace detail {
+
+inline bool valid_model_name(const std::string& n) {
+  if (n.empty() || n.size() > 64) return false;
+  for (const unsigned char c : n)
+    if (!std::isalnum(c) && c != '.' && c != '_' && c != ':' && c != '-') return false;
+  return true;
+}
+
+inline std::size_t file_bytes(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) throw std::invalid_argument("cannot read " + path);
+  return static_cast<std::size_t>(st.st_size);
+}
+
+}  // namespace detail
+
+/// @brief Fills the defaults (path, estimate, budget) and checks every entry; throws
+/// std::invalid_argument naming @p where and the field.
+inline void finish_models_config(models_config& c, const std::string& default_dir, const std::string& where,
+                                 bool budget_given) {
+  if (c.models.empty()) throw std::invalid_argument(where + "models: needs at least one model");
+  std::set<std::string> names;
+  std::size_t sum = 0;
+  for (std::size_t i = 0; i < c.models.size(); ++i) {
+    model_entry& m = c.models[i];
+    const std::string at = where + "models[" + std::to_string(i) + "].";
+    if (!detail::valid_model_name(m.name))
+      throw std::invalid_argument(at + "name: \"" + m.name + "\" must be 1-64 of [A-Za-z0-9._:-]");
+    if (!names.insert(m.name).second)
+      throw std::invalid_argument(at + "name: \"" + m.name + "\" is given twice");
+    try {
+      (void)bert::parse_precision(m.precision);
+    } catch (const std::exception& e) {
+      throw std::invalid_argument(at + "precision: " + e.what());
+    }
+    if (m.path.empty()) m.path = default_dir;
+    if (m.path.empty()) throw std::invalid_argument(at + "path: not given, and no --model DIR either");
+    for (const char* f : {"/config.json", "/vocab.txt", "/model.safetensors"}) {
+      std::ifstream probe(m.path + f);
+      if (!probe) throw std::invalid_argument(at + "path: " + m.path + f + " cannot be opened");
+    }
+    if (!(m.idle_unload_s >= 0 && m.idle_unload_s <= 86400 * 365.0))
+      throw std::invalid_argument(at + "idle_unload_s: must be in 0 .. 31536000 seconds");
+    if (m.pinned && m.idle_unload_s > 0)
+      throw std::invalid_argument(at +
+                                  "idle_unload_s: a pinned model is never unloaded; drop one of the two");
+    if (m.estimated_bytes == 0) m.estimated_bytes = detail::file_bytes(m.path + "/model.safetensors");
+    sum += m.estimated_bytes;
+  }
+  if (!budget_given) c.budget_bytes = sum;
+}
+
+/// @brief Reads --models FILE (the format above); throws std::invalid_argument naming the file and the
+/// field's path.
+inline models_config load_models_config(const std::string& file, const std::string& default_dir) {
+  using json = nlohmann::json;
+  std::ifstream in(file);
+  if (!in) throw std::invalid_argument("--models " + file + ": cannot be opened");
+  std::stringstream text;
+  text << in.rdbuf();
+  const json j = json::parse(text.str(), nullptr, false);
+  const std::string where = "--models " + file + ": ";
+  if (j.is_discarded()) throw std::invalid_argument(where + "not valid JSON");
+  if (!j.is_object()) throw std::invalid_argument(where + "must be a JSON object");
+  models_config c;
+  bool budget_given = false;
+  for (const auto& [key, v] : j.items()) {
+    if (key == "budget_mb") {
+      if (!v.is_number_unsigned() || v.get<std::uint64_t>() == 0 || v.get<std::uint64_t>() > (1ull << 30))
+        throw std::invalid_argument(where + "budget_mb: must be an integer in 1 .. 1073741824");
+      c.budget_bytes = static_cast<std::size_t>(v.get<std::uint64_t>()) << 20;
+      budget_given = true;
+    } else if (key == "models") {
+      if (!v.is_array()) throw std::invalid_argument(where + "models: must be an array");
+      for (std::size_t i = 0; i < v.size(); ++i) {
+        const json& e = v[i];
+        const std::string at = where + "models[" + std::to_string(i) + "]";
+        if (!e.is_object()) throw std::invalid_argument(at + ": must be an object");
+        model_entry m;
+        for (const auto& [k, f] : e.items()) {
+          const std::string field = at + "." + k;
+          if (k == "name" || k == "precision" || k == "path") {
+            if (!f.is_string()) throw std::invalid_argument(field + ": must be a string");
+            (k == "name" ? m.name : k == "precision" ? m.precision : m.path) = f.get<std::string>();
+          } else if (k == "pinned") {
+            if (!f.is_boolean()) throw std::invalid_argument(field + ": must be true or false");
+            m.pinned = f.get<bool>();
+          } else if (k == "idle_unload_s") {
+            if (!f.is_number()) throw std::invalid_argument(field + ": must be a number of seconds");
+            m.idle_unload_s = f.get<double>();
+          } else if (k == "estimated_mb") {
+            if (!f.is_number_unsigned() || f.get<std::uint64_t>() == 0 ||
+                f.get<std::uint64_t>() > (1ull << 30))
+              throw std::invalid_argument(field + ": must be an integer in 1 .. 1073741824");
+            m.estimated_bytes = static_cast<std::size_t>(f.get<std::uint64_t>()) << 20;
+          } else {
+            throw std::invalid_argument(field +
+                                        ": unknown key (name, precision, path, pinned, idle_unload_s, "
+                                        "estimated_mb)");
+          }
+        }
+        if (m.name.empty()) throw std::invalid_argument(at + ".name: is required");
+        c.models.push_back(std::move(m));
+      }
+    } else {
+      throw std::invalid_argument(where + key + ": unknown key (budget_mb, models)");
+    }
+  }
+  finish_models_config(c, default_dir, where, budget_given);
+  return c;
+}
+
+}  // namespace server
