@@ -198,6 +198,31 @@ TEST_CASE("cache: every shard stays within its share of the entry limit") {
   CHECK(st.evictions_size == 20'000 - st.entries);
 }
 
+TEST_CASE("cache: a full sharded cache holds fewer than max_entries, within the bound stats() reports") {
+  // 10,000 distinct keys into max_entries = 10,000: the shards fill unevenly, so some evict early.
+  frugal::lru_cache<int> sharded({.max_entries = 10'000});
+  for (int i = 0; i < 10'000; ++i) sharded.put(k(static_cast<std::uint64_t>(i)), i);
+  auto st = sharded.stats();
+  CHECK(st.shards == 64);
+  CHECK(st.shard_max_entries == 157);  // 10,000 / 64 rounded up
+  CHECK(st.shard_max_bytes == 0);
+  CHECK(st.entries < 10'000);
+  CHECK(st.entries > 9'300);  // the documented ~96.5%, with room for another hash
+  CHECK(st.full_shards > 0);
+  CHECK(st.evictions_size == 10'000 - st.entries);
+  CHECK(st.entries <= st.shards * st.shard_max_entries);
+  // One shard: the exact bound, every key kept.
+  frugal::lru_cache<int> exact({.max_entries = 10'000, .shards = 1});
+  for (int i = 0; i < 10'000; ++i) exact.put(k(static_cast<std::uint64_t>(i)), i);
+  st = exact.stats();
+  CHECK(st.entries == 10'000);
+  CHECK(st.evictions_size == 0);
+  CHECK(st.full_shards == 1);
+  CHECK(st.shard_max_entries == 10'000);
+  exact.put(k(10'000), 0);
+  CHECK(exact.stats().evictions_size == 1);
+}
+
 TEST_CASE("cache: byte accounting always equals the sum of the live values") {
   constexpr std::size_t budget = 20'000;
   std::map<std::uint64_t, std::size_t> live;  // key id -> weight, kept from puts and evictions

@@ -2,9 +2,10 @@
 // check_warnings.cmake with -Wall -Wextra -Wpedantic -Werror at -O2 and -O3 on GCC and clang: a user who
 // includes frugal into a -Werror build must not stop on a warning of ours (issue 19, class 10). GCC's
 // middle-end warnings (-Wrestrict, -Wstringop-overflow) only fire on code that is instantiated and
-// inlined, hence the calls below; examples/loop/main.cpp is compiled the same way.
+// inlined, hence the calls below (the cache, the ledger and its exports, the batcher, an int8 GEMM).
 #include <chrono>
 #include <cstdio>
+#include <future>
 #include <string>
 #include <vector>
 
@@ -43,6 +44,13 @@ int main() {
   clock.advance(1s);
   const fc::ledger_snapshot s = ledger.snapshot();
   const std::string out = fc::to_json(s) + fc::to_prometheus(s) + fc::to_table(s) + s.total_cost.to_string();
-  std::printf("%zu %d\n", out.size(), hit ? 1 : 0);
+  frugal::batcher<int, int> batcher{{.window = 1ms, .max_batch = 8}};
+  std::future<int> f = batcher.submit(21);
+  if (auto b = batcher.next_batch()) b->fulfill(std::vector<int>(b->requests().begin(), b->requests().end()));
+  namespace q = frugal::quant;
+  const q::row_matrix w = q::row_matrix::Random(16, 64), x = q::row_matrix::Random(4, 64);
+  q::row_matrix y;
+  q::gemm_w8a8(q::quantize_rows(x), q::quantize_weights_per_channel(w), y, {});
+  std::printf("%zu %d %d %g\n", out.size(), hit ? 1 : 0, f.get(), static_cast<double>(y(0, 0)));
   return 0;
 }

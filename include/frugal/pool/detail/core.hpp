@@ -9,6 +9,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -108,7 +109,8 @@ class pool_core {
   grant acquire(std::string_view name, std::chrono::nanoseconds timeout) {
     if (timeout.count() < 0)
       throw std::invalid_argument("frugal::model_pool::acquire: timeout must not be negative");
-    const auto deadline = deadline_after(timeout);
+    // The deadline is read off the clock only if the acquire has to wait: a ready model costs no clock read.
+    lazy_deadline deadline{timeout};
     std::unique_lock lock(mutex_);
     slot& s = find(name);
     ++acquires_;
@@ -118,7 +120,7 @@ class pool_core {
       switch (s.state) {
         case model_state::ready:
           if (s.spec->max_users != 0 && s.users >= s.spec->max_users) {
-            if (!wait_until(lock, deadline)) {
+            if (!wait_until(lock, deadline.get())) {
               ++busy_;
               throw model_busy(s.name, s.spec->max_users);
             }
@@ -156,7 +158,7 @@ class pool_core {
           }
           std::vector<victim> victims;
           if (!make_room(need, nullptr, victims)) {
-            if (!wait_until(lock, deadline)) {
+            if (!wait_until(lock, deadline.get())) {
               ++exhausted_;
               throw pool_exhausted(s.name, need, used_, used_ - freeable_bytes(nullptr), opts_.budget_bytes);
             }
@@ -170,8 +172,12 @@ class pool_core {
 
   void release(slot& s, const Model* m) noexcept {
     std::vector<victim> victims;
+    bool wake = false;
     {
       std::lock_guard lock(mutex_);
+      // Only acquires and reloads waiting for room or for a lease under max_users (wait_until) wait for a
+      // lease to end; without them the notify is skipped.
+      wake = waiting_ > 0;
       --leases_;
       if (m == s.model.get()) {
         --s.users;
@@ -192,7 +198,7 @@ class pool_core {
         }
       }
     }
-    cv_.notify_all();
+    if (wake) cv_.notify_all();
     dispose(victims);
   }
 
@@ -342,6 +348,20 @@ class pool_core {
                                   std::to_string(pinned_bytes) +
                                   ", more than budget_bytes = " + std::to_string(opts_.budget_bytes));
   }
+
+  // A deadline `timeout` after its first use.
+  struct lazy_deadline {
+    std::chrono::nanoseconds timeout;
+    std::chrono::steady_clock::time_point at{};  // a flag and a value, not std::optional: GCC 12 then
+    bool known = false;                          // reports the optional's value as maybe-uninitialized
+    std::chrono::steady_clock::time_point get() {
+      if (!known) {
+        at = deadline_after(timeout);
+        known = true;
+      }
+      return at;
+    }
+  };
 
   static std::chrono::steady_clock::time_point deadline_after(std::chrono::nanoseconds timeout) {
     const auto now = std::chrono::steady_clock::now();
