@@ -5,6 +5,7 @@
 
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "frugal/quant.hpp"
@@ -258,17 +259,38 @@ void BM_gemm_weight_only_int8(benchmark::State& st) {
 }
 BENCHMARK(BM_gemm_weight_only_int8)->Apply(gemm_shapes);
 
+// W4A16 g128 (symmetric unless the fourth argument is 1) on each float path this CPU has.
 void BM_gemm_weight_only_int4(benchmark::State& st) {
   auto c = make_case(st.range(0), st.range(1));
-  const auto qw = q::quantize_int4(c.w, {.group_size = 128});
+  const bool sym = st.range(3) == 0;
+  const auto qw = q::quantize_int4(c.w, {.group_size = 128, .symmetric = sym});
   const std::span<const float> x(c.x.data(), static_cast<std::size_t>(c.x.size()));
+  const auto path = path_arg(st.range(2));
   for (auto _ : st) {
-    q::gemm_weight_only(x, c.m, qw, c.out);
+    q::gemm_weight_only(x, c.m, qw, c.out, {.path = path});
     benchmark::ClobberMemory();
   }
+  st.SetLabel(std::string(q::to_string(path)) + (sym ? " sym" : " asym"));
   set_flops(st, c);
 }
-BENCHMARK(BM_gemm_weight_only_int4)->Apply(gemm_shapes);
+void int4_args(benchmark::internal::Benchmark* b) {
+  for (auto shape : {std::pair{1, 4096}, std::pair{16, 4096}, std::pair{1024, 1024}})
+    for (auto p : {q::simd_path::avx512, q::simd_path::avx2, q::simd_path::portable})
+      if (q::is_supported(p) && (p != q::simd_path::portable || shape.first == 1))
+        for (int asym : {0, 1})
+          if (asym == 0 || shape.first == 1) b->Args({shape.first, shape.second, static_cast<int>(p), asym});
+  b->Unit(benchmark::kMillisecond);
+}
+BENCHMARK(BM_gemm_weight_only_int4)->Apply(int4_args);
+
+// The W4A16 layout from fp32 weights, one pass; GB/s counts the fp32 input, as for memcpy.
+void BM_quantize_int4(benchmark::State& st) {
+  const auto& x = stream_data();
+  for (auto _ : st) benchmark::DoNotOptimize(q::quantize_int4(x, qrows, qcols, {.group_size = 128}));
+  st.SetLabel("W4A16 g128 symmetric");
+  set_bytes(st, x.size() * sizeof(float));
+}
+BENCHMARK(BM_quantize_int4)->Unit(benchmark::kMillisecond);
 
 #ifdef FRUGAL_BENCH_HAVE_DNNL
 // oneDNN's s8s8s32 GEMM (raw int32 output: no epilogue), the peer to chase.

@@ -1,6 +1,5 @@
 #pragma once
 
-#include "frugal/quant/detail/eigen.hpp"
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -10,10 +9,12 @@
 #include <string>
 #include <type_traits>
 #include <vector>
+#include "frugal/quant/detail/eigen.hpp"
 
 #include "frugal/config.hpp"
 #include "frugal/quant/convert.hpp"
 #include "frugal/quant/detail/cpu.hpp"
+#include "frugal/quant/detail/gemm_int4.hpp"
 #include "frugal/quant/detail/gemm_int8.hpp"
 #include "frugal/quant/detail/gemm_weight_only.hpp"
 #include "frugal/quant/detail/vecmath.hpp"
@@ -361,10 +362,11 @@ inline int8_level resolve_int8_level(simd_path p, const char* who) {
 inline void check_activation(activation_kind a, bool allow_gelu, const char* who) {
   const bool gelu = a == activation_kind::gelu || a == activation_kind::gelu_erf;
   if (a != activation_kind::none && a != activation_kind::relu && (!gelu || !allow_gelu))
-    throw std::invalid_argument(std::string(who) + ": options.activation " + std::to_string(static_cast<int>(a)) +
-                                (a == activation_kind::gelu       ? " (gelu) is not supported with int8 output"
-                                 : a == activation_kind::gelu_erf ? " (gelu_erf) is not supported with int8 output"
-                                                                  : " is not an activation_kind"));
+    throw std::invalid_argument(
+        std::string(who) + ": options.activation " + std::to_string(static_cast<int>(a)) +
+        (a == activation_kind::gelu       ? " (gelu) is not supported with int8 output"
+         : a == activation_kind::gelu_erf ? " (gelu_erf) is not supported with int8 output"
+                                          : " is not an activation_kind"));
 }
 
 /// Checks every field of quantized_activations against its shape in O(M): data vs rows * cols, one
@@ -723,27 +725,15 @@ inline void gemm_weight_only(std::span<const float> x, std::size_t m, const int4
   if (m == 0 || n == 0) return;
   const std::uint8_t* zps = w.symmetric ? nullptr : w.zero_points.data();
 #if FRUGAL_QUANT_X86
-  if (lv == detail::float_level::avx512) {
-    detail::weight_only_driver(m, n, 2, x.data(), k, out.data(),
-                               [&](const float* xb, std::size_t mi, std::size_t j, float* s) {
-                                 const std::uint8_t* p[4];
-                                 const half* sc[4];
-                                 const std::uint8_t* zp[4];
-                                 for (std::size_t b = 0; b < 4; ++b) {
-                                   const std::size_t r = std::min(j + b, n - 1);
-                                   p[b] = w.packed.data() + r * (k / 2);
-                                   sc[b] = w.scales.data() + r * (k / g);
-                                   zp[b] = zps ? zps + r * (k / g) : nullptr;
-                                 }
-                                 if (w.symmetric) {
-                                   if (mi == 2)
-                                     return detail::wo4_block_avx512<true, 2>(xb, k, p, sc, zp, g, s);
-                                   return detail::wo4_block_avx512<true, 1>(xb, k, p, sc, zp, g, s);
-                                 }
-                                 if (mi == 2)
-                                   return detail::wo4_block_avx512<false, 2>(xb, k, p, sc, zp, g, s);
-                                 detail::wo4_block_avx512<false, 1>(xb, k, p, sc, zp, g, s);
-                               });
+  if (lv != detail::float_level::portable) {
+    const bool avx512 = lv == detail::float_level::avx512;
+    std::vector<float> xp(m * k), xsum(m * (k / g));
+    detail::pack_x_int4(avx512, x.data(), m, k, g, xp.data(), xsum.data());
+    const detail::int4_operands o{xp.data(), xsum.data(), k, g, w.packed.data(), w.scales.data(), zps};
+    if (w.symmetric)
+      detail::w4_columns<true>(avx512, o, m, n, 0, n, out.data());
+    else
+      detail::w4_columns<false>(avx512, o, m, n, 0, n, out.data());
   } else
 #endif
   {
