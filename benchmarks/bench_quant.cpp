@@ -1,6 +1,7 @@
 // Quantization toolkit benchmarks: conversion and quantization throughput against memcpy, and the
 // CPU GEMMs against Eigen fp32 (default flags and -march=native) and oneDNN when it is found.
-// Everything is single-threaded (OMP_NUM_THREADS=1 for oneDNN), so the ratios compare one core.
+// Everything is single-threaded (OMP_NUM_THREADS=1 for oneDNN), so the ratios compare one core, except
+// BM_gemm_threads, which times frugal's GEMMs on 1 and 2 threads (wall time).
 #include <benchmark/benchmark.h>
 
 #include <cstring>
@@ -291,6 +292,48 @@ void BM_quantize_int4(benchmark::State& st) {
   set_bytes(st, x.size() * sizeof(float));
 }
 BENCHMARK(BM_quantize_int4)->Unit(benchmark::kMillisecond);
+
+// The GEMMs on 1 thread (no executor) and on a thread_pool of 2, wall time. Kinds: 0 W8A8 f32 output,
+// 1 W8A8 int32, 2 weight-only int8, 3 weight-only int4 g128.
+void BM_gemm_threads(benchmark::State& st) {
+  auto c = make_case(st.range(1), st.range(2));
+  const int kind = static_cast<int>(st.range(0));
+  const auto threads = static_cast<std::size_t>(st.range(3));
+  q::thread_pool pool(threads);
+  q::executor* ex = threads > 1 ? &pool : nullptr;
+  const auto qw = q::quantize_weights_per_channel(c.w);
+  const auto qa = q::quantize_rows(c.x);
+  const auto w4 = q::quantize_int4(c.w, {.group_size = 128});
+  const std::span<const float> x(c.x.data(), static_cast<std::size_t>(c.x.size()));
+  std::vector<std::int32_t> acc(c.m * c.n);
+  for (auto _ : st) {
+    switch (kind) {
+      case 0:
+        q::gemm_w8a8(qa, qw, c.out, {.threads = ex});
+        break;
+      case 1:
+        q::gemm_w8a8_s32(qa, qw, acc, q::simd_path::automatic, ex);
+        break;
+      case 2:
+        q::gemm_weight_only(x, c.m, qw, c.out, {.threads = ex});
+        break;
+      default:
+        q::gemm_weight_only(x, c.m, w4, c.out, {.threads = ex});
+    }
+    benchmark::ClobberMemory();
+  }
+  static const char* names[] = {"w8a8 f32", "w8a8 s32", "weight-only int8", "weight-only int4 g128"};
+  st.SetLabel(std::string(names[kind]) + ", " + std::to_string(threads) + " thread" +
+              (threads > 1 ? "s" : ""));
+  set_flops(st, c);
+}
+void thread_args(benchmark::internal::Benchmark* b) {
+  for (int kind : {0, 1, 2, 3})
+    for (auto shape : {std::pair{1, 4096}, std::pair{16, 4096}, std::pair{1024, 1024}})
+      for (int t : {1, 2}) b->Args({kind, shape.first, shape.second, t});
+  b->Unit(benchmark::kMillisecond)->UseRealTime();
+}
+BENCHMARK(BM_gemm_threads)->Apply(thread_args);
 
 #ifdef FRUGAL_BENCH_HAVE_DNNL
 // oneDNN's s8s8s32 GEMM (raw int32 output: no epilogue), the peer to chase.

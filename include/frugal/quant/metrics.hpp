@@ -1,6 +1,5 @@
 #pragma once
 
-#include "frugal/quant/detail/eigen.hpp"
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -9,6 +8,7 @@
 #include <stdexcept>
 #include <string>
 #include <vector>
+#include "frugal/quant/detail/eigen.hpp"
 
 #include "frugal/config.hpp"
 

@@ -189,18 +189,18 @@ FRUGAL_QUANT_TARGET_AVX2 inline void w4_block_avx2(const int4_operands& o, std::
   for (int j = 0; j < NR; ++j) sums[i * NR + j] = reduce_add_avx2(tot[i][j]);
 }
 
-// Columns [n0, n1) of C (M x n, row stride n) on the AVX-512 or AVX2 kernels: N in blocks of 4 (the last
-// block repeats its last row and drops it), and in each, M in blocks the kernel's registers hold. The
+// Rows [m0, m) and columns [n0, n1) of C (row stride n) on the AVX-512 or AVX2 kernels: N in blocks of 4 (the
+// last block repeats its last row and drops it), and in each, M in blocks the kernel's registers hold. The
 // block of W (4 rows) stays in L1 while every block of X passes it.
 template <bool Symmetric>
-inline void w4_columns(bool avx512, const int4_operands& o, std::size_t m, std::size_t n, std::size_t n0,
-                       std::size_t n1, float* out) noexcept {
+inline void w4_columns(bool avx512, const int4_operands& o, std::size_t m0, std::size_t m, std::size_t n,
+                       std::size_t n0, std::size_t n1, float* out) noexcept {
   float s[8];
   for (std::size_t j = n0; j < n1; j += 4) {
     const std::size_t nj = std::min<std::size_t>(4, n1 - j);
     const std::size_t cols[4] = {j, std::min(j + 1, n1 - 1), std::min(j + 2, n1 - 1),
                                  std::min(j + 3, n1 - 1)};
-    for (std::size_t i = 0; i < m;) {
+    for (std::size_t i = m0; i < m;) {
       std::size_t mi = 1;
       if (avx512) {
         mi = m - i >= 2 ? 2 : 1;

@@ -17,26 +17,27 @@ FRUGAL_BEGIN_NAMESPACE
 namespace quant {
 namespace detail {
 
-// sums[i * 4 + j] = dot(X row m0 + i, W row n0 + j), raw (before the per-channel scale).
-inline void wo8_portable(const float* x, std::size_t m, std::size_t k, const std::int8_t* w, std::size_t n,
-                         float* out) noexcept {
-  for (std::size_t i = 0; i < m; ++i)
-    for (std::size_t j = 0; j < n; ++j) {
+// out[i * ldo + j] = dot(X row i, W row j) for rows [m0, m1) and columns [n0, n1), raw (before the
+// per-channel scale).
+inline void wo8_portable(const float* x, std::size_t m0, std::size_t m1, std::size_t k, const std::int8_t* w,
+                         std::size_t n0, std::size_t n1, std::size_t ldo, float* out) noexcept {
+  for (std::size_t i = m0; i < m1; ++i)
+    for (std::size_t j = n0; j < n1; ++j) {
       const float* xi = x + i * k;
       const std::int8_t* wj = w + j * k;
       float s = 0.0f;
       for (std::size_t t = 0; t < k; ++t) s += xi[t] * static_cast<float>(wj[t]);
-      out[i * n + j] = s;
+      out[i * ldo + j] = s;
     }
 }
 
 // Symmetric nibbles are sign-extended, asymmetric ones have their zero point subtracted.
-inline void wo4_portable(const float* x, std::size_t m, std::size_t k, const std::uint8_t* w,
-                         const half* scales, const std::uint8_t* zps, std::size_t g, std::size_t n,
-                         float* out) noexcept {
+inline void wo4_portable(const float* x, std::size_t m0, std::size_t m1, std::size_t k, const std::uint8_t* w,
+                         const half* scales, const std::uint8_t* zps, std::size_t g, std::size_t n0,
+                         std::size_t n1, std::size_t ldo, float* out) noexcept {
   const std::size_t groups = k / g;
-  for (std::size_t i = 0; i < m; ++i)
-    for (std::size_t j = 0; j < n; ++j) {
+  for (std::size_t i = m0; i < m1; ++i)
+    for (std::size_t j = n0; j < n1; ++j) {
       const float* xi = x + i * k;
       const std::uint8_t* wj = w + j * (k / 2);
       float total = 0.0f;
@@ -50,7 +51,7 @@ inline void wo4_portable(const float* x, std::size_t m, std::size_t k, const std
         }
         total += s * static_cast<float>(scales[j * groups + q]);
       }
-      out[i * n + j] = total;
+      out[i * ldo + j] = total;
     }
 }
 
