@@ -4,12 +4,16 @@
 // BM_gemm_threads, which times frugal's GEMMs on 1 and 2 threads (wall time).
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <cstring>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "frugal/quant.hpp"
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#  include <immintrin.h>
+#endif
 #include "quant/eigen_native.hpp"
 
 #ifdef FRUGAL_BENCH_HAVE_DNNL
@@ -124,6 +128,66 @@ void BM_quantize_dynamic(benchmark::State& st) {
   set_bytes(st, x.size() * sizeof(float));
 }
 BENCHMARK(BM_quantize_dynamic)->DenseRange(0, 4)->Unit(benchmark::kMillisecond);
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+// The baseline for dynamic per-group int8: a plain AVX2 loop, group by group, with absmax / 127 scales
+// and x * (1 / scale) rounded by the MXCSR mode (no tie handling, no NaN checks). What frugal's
+// quantize must match while also being exact for ties and checking NaN and Inf.
+__attribute__((target("avx2,fma"))) void plain_absmax_i8_avx2(const float* x, std::size_t n, std::size_t g,
+                                                              std::int8_t* q, float* scales) {
+  const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  for (std::size_t b = 0; b < n; b += g) {
+    __m256 m0 = _mm256_setzero_ps(), m1 = m0;
+    for (std::size_t i = 0; i < g; i += 16) {
+      m0 = _mm256_max_ps(m0, _mm256_and_ps(_mm256_loadu_ps(x + b + i), absmask));
+      m1 = _mm256_max_ps(m1, _mm256_and_ps(_mm256_loadu_ps(x + b + i + 8), absmask));
+    }
+    alignas(32) float l[8];
+    _mm256_store_ps(l, _mm256_max_ps(m0, m1));
+    float a = 0.0f;
+    for (float v : l) a = std::max(a, v);
+    const float s = a > 0.0f ? a / 127.0f : 1.0f;
+    scales[b / g] = s;
+    const __m256 r = _mm256_set1_ps(1.0f / s);
+    for (std::size_t i = 0; i < g; i += 32) {
+      const float* p = x + b + i;
+      const __m256i i0 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(p), r)),
+                    i1 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(p + 8), r)),
+                    i2 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(p + 16), r)),
+                    i3 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(p + 24), r));
+      const __m256i w = _mm256_packs_epi16(_mm256_packs_epi32(i0, i1), _mm256_packs_epi32(i2, i3));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + b + i), _mm256_permutevar8x32_epi32(w, order));
+    }
+  }
+}
+
+void BM_quantize_plain_absmax_avx2(benchmark::State& st) {
+  if (!q::is_supported(q::simd_path::avx2)) return st.SkipWithError("no AVX2");
+  const auto& x = stream_data();
+  for (auto _ : st) {
+    std::vector<std::int8_t> out(x.size());
+    std::vector<float> scales(x.size() / 128);
+    plain_absmax_i8_avx2(x.data(), x.size(), 128, out.data(), scales.data());
+    benchmark::DoNotOptimize(out.data());
+    benchmark::ClobberMemory();
+  }
+  st.SetLabel("baseline: i8 per-group128, plain AVX2");
+  set_bytes(st, x.size() * sizeof(float));
+}
+BENCHMARK(BM_quantize_plain_absmax_avx2)->Unit(benchmark::kMillisecond);
+#endif
+
+// Dynamic i8 per-group128 on each float path, against BM_quantize_plain_absmax_avx2.
+void BM_quantize_i8_group128(benchmark::State& st) {
+  const auto& x = stream_data();
+  const q::scheme s{.granularity = q::granularity::per_group, .group_size = 128};
+  const auto path = path_arg(st.range(0));
+  for (auto _ : st) benchmark::DoNotOptimize(q::quantize(x, qrows, qcols, s, path));
+  st.SetLabel(q::to_string(path));
+  set_bytes(st, x.size() * sizeof(float));
+}
+BENCHMARK(BM_quantize_i8_group128)->Apply(float_paths)->Unit(benchmark::kMillisecond);
 
 // With calibrated parameters: one pass, the number to hold against memcpy.
 void BM_quantize_static(benchmark::State& st) {

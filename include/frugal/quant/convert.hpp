@@ -87,6 +87,14 @@ FRUGAL_QUANT_TARGET_AVX2 inline __m128i f32x8_to_bf16(__m256 v) noexcept {
 FRUGAL_QUANT_TARGET_AVX2 inline void cvt_f32_bf16_avx2(const float* in, std::uint16_t* out,
                                                        std::size_t n) noexcept {
   std::size_t i = 0;
+  // As for fp16: beyond the caches the output goes around them, with no read-for-ownership.
+  if (n * 2 >= stream_bytes && reinterpret_cast<std::uintptr_t>(out) % 2 == 0) {
+    i = head_to_align<16>(out, n);
+    cvt_f32_bf16_portable(in, out, i);
+    for (; i + 8 <= n; i += 8)
+      _mm_stream_si128(reinterpret_cast<__m128i*>(out + i), f32x8_to_bf16(_mm256_loadu_ps(in + i)));
+    _mm_sfence();
+  }
   for (; i + 8 <= n; i += 8)
     _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), f32x8_to_bf16(_mm256_loadu_ps(in + i)));
   cvt_f32_bf16_portable(in + i, out + i, n - i);
@@ -159,6 +167,17 @@ FRUGAL_QUANT_TARGET_AVX512 inline __m256i f32x16_to_bf16(__m512 v) noexcept {
 FRUGAL_QUANT_TARGET_AVX512 inline void cvt_f32_bf16_avx512(const float* in, std::uint16_t* out,
                                                            std::size_t n) noexcept {
   std::size_t i = 0;
+  if (n * 2 >= stream_bytes && reinterpret_cast<std::uintptr_t>(out) % 2 == 0) {
+    i = head_to_align<64>(out, n);
+    cvt_f32_bf16_portable(in, out, i);
+    for (; i + 32 <= n; i += 32) {
+      const __m256i a = f32x16_to_bf16(_mm512_loadu_ps(in + i)),
+                    b = f32x16_to_bf16(_mm512_loadu_ps(in + i + 16));
+      _mm512_stream_si512(reinterpret_cast<__m512i*>(out + i),
+                          _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1));
+    }
+    _mm_sfence();
+  }
   for (; i + 16 <= n; i += 16)
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), f32x16_to_bf16(_mm512_loadu_ps(in + i)));
   cvt_f32_bf16_avx2(in + i, out + i, n - i);

@@ -173,8 +173,17 @@ inline int4_weights quantize_int4(std::span<const float> w, std::size_t rows, st
   std::vector<std::int8_t> row(cols);
   // Row by row, so the data is read from memory once: the ranges of the row's groups stream it in,
   // then it is quantized from L1 while the next row is prefetched.
+  const float half_levels = static_cast<float>(hi - lo) / 2.0f;
   for (std::size_t r = 0; r < rows; ++r) {
     const float* xr = w.data() + r * cols;
+    // Symmetric groups go one at a time from L1; a row with NaN, Inf or a scale fp16 cannot hold is
+    // redone below, which reports it.
+    if (opt.symmetric && detail::quantize_groups_symmetric(
+                             lv, xr, G, runs, half_levels, 0, lo, hi, opt.rounding, row.data(), scale.data(),
+                             reinterpret_cast<std::uint16_t*>(out.scales.data() + r * runs))) {
+      detail::pack_nibbles_run(lv, row.data(), cols, out.packed.data() + r * (cols / 2));
+      continue;
+    }
     detail::range_runs(lv, s, xr, G, runs, ranges.data());
     for (std::size_t k = 0; k < runs; ++k) {
       const detail::run_range& rr = ranges[k];

@@ -38,7 +38,9 @@ class executor {
 /// @brief A fixed set of threads for the GEMMs: `threads` in all, the caller of parallel_for being one
 /// of them (so thread_pool(1) starts none and runs every task inline). One parallel_for runs at a time;
 /// calls from several threads queue, and a task that calls parallel_for on its own pool runs that
-/// inner loop inline instead of deadlocking.
+/// inner loop inline instead of deadlocking. An idle thread spins for a few tens of microseconds before
+/// it sleeps: the GEMMs of a model come back to back, and waking a sleeping thread costs about as much
+/// (more in a VM).
 class thread_pool final : public executor {
  public:
   explicit thread_pool(std::size_t threads) {
@@ -69,16 +71,17 @@ class thread_pool final : public executor {
       task_ = &task;
       count_ = count;
       next_.store(0, std::memory_order_relaxed);
-      busy_ = workers_.size();
+      busy_.store(workers_.size(), std::memory_order_relaxed);
       error_ = nullptr;
-      ++generation_;
+      generation_.store(generation_.load(std::memory_order_relaxed) + 1, std::memory_order_release);
     }
     work_.notify_all();
     take_tasks();
+    for (int i = 0; i < spin_rounds && busy_.load(std::memory_order_acquire) != 0; ++i) relax();
     std::exception_ptr error;
     {
       std::unique_lock<std::mutex> lk(m_);
-      done_.wait(lk, [this] { return busy_ == 0; });
+      done_.wait(lk, [this] { return busy_.load(std::memory_order_relaxed) == 0; });
       task_ = nullptr;
       error = std::exchange(error_, nullptr);
     }
@@ -108,25 +111,39 @@ class thread_pool final : public executor {
     inside() = outer;
   }
 
+  static void relax() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#else
+    std::this_thread::yield();
+#endif
+  }
+
   void worker() {
     std::uint64_t seen = 0;
     for (;;) {
+      for (int i = 0; i < spin_rounds && generation_.load(std::memory_order_acquire) == seen &&
+                      !stop_.load(std::memory_order_relaxed);
+           ++i)
+        relax();
       {
         std::unique_lock<std::mutex> lk(m_);
-        work_.wait(lk, [&] { return stop_ || generation_ != seen; });
-        if (stop_) return;
-        seen = generation_;
+        work_.wait(lk, [&] {
+          return stop_.load(std::memory_order_relaxed) || generation_.load(std::memory_order_relaxed) != seen;
+        });
+        if (stop_.load(std::memory_order_relaxed)) return;
+        seen = generation_.load(std::memory_order_relaxed);
       }
       take_tasks();
       const std::lock_guard<std::mutex> lk(m_);
-      if (--busy_ == 0) done_.notify_one();
+      if (busy_.fetch_sub(1, std::memory_order_acq_rel) == 1) done_.notify_one();
     }
   }
 
   void shut_down() noexcept {
     {
       const std::lock_guard<std::mutex> lk(m_);
-      stop_ = true;
+      stop_.store(true, std::memory_order_relaxed);
     }
     work_.notify_all();
     for (auto& t : workers_)
@@ -140,9 +157,11 @@ class thread_pool final : public executor {
   const std::function<void(std::size_t)>* task_ = nullptr;
   std::size_t count_ = 0;
   std::atomic<std::size_t> next_{0};
-  std::size_t busy_ = 0;
-  std::uint64_t generation_ = 0;
-  bool stop_ = false;
+  // Atomic so that an idle thread can spin on them; they change under m_ all the same.
+  std::atomic<std::size_t> busy_{0};
+  std::atomic<std::uint64_t> generation_{0};
+  std::atomic<bool> stop_{false};
+  static constexpr int spin_rounds = 2000;  // about 20-50 us of pause instructions
   std::exception_ptr error_;
   std::vector<std::thread> workers_;
 };
@@ -162,7 +181,9 @@ void split_gemm(executor* threads, std::size_t m, std::size_t n, std::size_t k, 
   if (most <= 1 || m * n * std::max<std::size_t>(k, 1) < min_parallel_macs) return body(0, m, 0, n);
   const std::size_t mb = (m + m_block - 1) / m_block, nb = (n + n_block - 1) / n_block;
   const bool over_m = mb > nb;
-  const std::size_t blocks = over_m ? mb : nb, parts = std::min(most, blocks);
+  // Four parts per thread, taken in turn: a thread that wakes late takes fewer, instead of the whole
+  // call waiting for its fixed share.
+  const std::size_t blocks = over_m ? mb : nb, parts = std::min(most * 4, blocks);
   if (parts <= 1) return body(0, m, 0, n);
   threads->parallel_for(parts, [&](std::size_t p) {
     const std::size_t b0 = blocks * p / parts, b1 = blocks * (p + 1) / parts;
