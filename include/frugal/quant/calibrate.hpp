@@ -9,6 +9,7 @@
 // the histogram observers keep their range in double, so doubling it past FLT_MAX does not make it Inf,
 // and the clip ranges they return are clamped to +-FLT_MAX.
 
+#include "frugal/quant/detail/eigen.hpp"
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -20,7 +21,6 @@
 #include <tuple>
 #include <utility>
 #include <vector>
-#include "frugal/quant/detail/eigen.hpp"
 
 #include "frugal/config.hpp"
 #include "frugal/quant/quantize.hpp"

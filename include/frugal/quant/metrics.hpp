@@ -1,5 +1,6 @@
 #pragma once
 
+#include "frugal/quant/detail/eigen.hpp"
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -8,7 +9,6 @@
 #include <stdexcept>
 #include <string>
 #include <vector>
-#include "frugal/quant/detail/eigen.hpp"
 
 #include "frugal/config.hpp"
 

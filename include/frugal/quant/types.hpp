@@ -1,9 +1,9 @@
 #pragma once
 
+#include "frugal/quant/detail/eigen.hpp"
 #include <bit>
 #include <cstddef>
 #include <cstdint>
-#include "frugal/quant/detail/eigen.hpp"
 
 #include "frugal/config.hpp"
 
