@@ -1,13 +1,19 @@
 // Quantization toolkit benchmarks: conversion and quantization throughput against memcpy, and the
 // CPU GEMMs against Eigen fp32 (default flags and -march=native) and oneDNN when it is found.
-// Everything is single-threaded (OMP_NUM_THREADS=1 for oneDNN), so the ratios compare one core.
+// Everything is single-threaded (OMP_NUM_THREADS=1 for oneDNN), so the ratios compare one core, except
+// BM_gemm_threads, which times frugal's GEMMs on 1 and 2 threads (wall time).
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "frugal/quant.hpp"
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#  include <immintrin.h>
+#endif
 #include "quant/eigen_native.hpp"
 
 #ifdef FRUGAL_BENCH_HAVE_DNNL
@@ -122,6 +128,66 @@ void BM_quantize_dynamic(benchmark::State& st) {
   set_bytes(st, x.size() * sizeof(float));
 }
 BENCHMARK(BM_quantize_dynamic)->DenseRange(0, 4)->Unit(benchmark::kMillisecond);
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+// The baseline for dynamic per-group int8: a plain AVX2 loop, group by group, with absmax / 127 scales
+// and x * (1 / scale) rounded by the MXCSR mode (no tie handling, no NaN checks). What frugal's
+// quantize must match while also being exact for ties and checking NaN and Inf.
+__attribute__((target("avx2,fma"))) void plain_absmax_i8_avx2(const float* x, std::size_t n, std::size_t g,
+                                                              std::int8_t* q, float* scales) {
+  const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  for (std::size_t b = 0; b < n; b += g) {
+    __m256 m0 = _mm256_setzero_ps(), m1 = m0;
+    for (std::size_t i = 0; i < g; i += 16) {
+      m0 = _mm256_max_ps(m0, _mm256_and_ps(_mm256_loadu_ps(x + b + i), absmask));
+      m1 = _mm256_max_ps(m1, _mm256_and_ps(_mm256_loadu_ps(x + b + i + 8), absmask));
+    }
+    alignas(32) float l[8];
+    _mm256_store_ps(l, _mm256_max_ps(m0, m1));
+    float a = 0.0f;
+    for (float v : l) a = std::max(a, v);
+    const float s = a > 0.0f ? a / 127.0f : 1.0f;
+    scales[b / g] = s;
+    const __m256 r = _mm256_set1_ps(1.0f / s);
+    for (std::size_t i = 0; i < g; i += 32) {
+      const float* p = x + b + i;
+      const __m256i i0 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(p), r)),
+                    i1 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(p + 8), r)),
+                    i2 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(p + 16), r)),
+                    i3 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(p + 24), r));
+      const __m256i w = _mm256_packs_epi16(_mm256_packs_epi32(i0, i1), _mm256_packs_epi32(i2, i3));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + b + i), _mm256_permutevar8x32_epi32(w, order));
+    }
+  }
+}
+
+void BM_quantize_plain_absmax_avx2(benchmark::State& st) {
+  if (!q::is_supported(q::simd_path::avx2)) return st.SkipWithError("no AVX2");
+  const auto& x = stream_data();
+  for (auto _ : st) {
+    std::vector<std::int8_t> out(x.size());
+    std::vector<float> scales(x.size() / 128);
+    plain_absmax_i8_avx2(x.data(), x.size(), 128, out.data(), scales.data());
+    benchmark::DoNotOptimize(out.data());
+    benchmark::ClobberMemory();
+  }
+  st.SetLabel("baseline: i8 per-group128, plain AVX2");
+  set_bytes(st, x.size() * sizeof(float));
+}
+BENCHMARK(BM_quantize_plain_absmax_avx2)->Unit(benchmark::kMillisecond);
+#endif
+
+// Dynamic i8 per-group128 on each float path, against BM_quantize_plain_absmax_avx2.
+void BM_quantize_i8_group128(benchmark::State& st) {
+  const auto& x = stream_data();
+  const q::scheme s{.granularity = q::granularity::per_group, .group_size = 128};
+  const auto path = path_arg(st.range(0));
+  for (auto _ : st) benchmark::DoNotOptimize(q::quantize(x, qrows, qcols, s, path));
+  st.SetLabel(q::to_string(path));
+  set_bytes(st, x.size() * sizeof(float));
+}
+BENCHMARK(BM_quantize_i8_group128)->Apply(float_paths)->Unit(benchmark::kMillisecond);
 
 // With calibrated parameters: one pass, the number to hold against memcpy.
 void BM_quantize_static(benchmark::State& st) {
@@ -258,17 +324,80 @@ void BM_gemm_weight_only_int8(benchmark::State& st) {
 }
 BENCHMARK(BM_gemm_weight_only_int8)->Apply(gemm_shapes);
 
+// W4A16 g128 (symmetric unless the fourth argument is 1) on each float path this CPU has.
 void BM_gemm_weight_only_int4(benchmark::State& st) {
   auto c = make_case(st.range(0), st.range(1));
-  const auto qw = q::quantize_int4(c.w, {.group_size = 128});
+  const bool sym = st.range(3) == 0;
+  const auto qw = q::quantize_int4(c.w, {.group_size = 128, .symmetric = sym});
   const std::span<const float> x(c.x.data(), static_cast<std::size_t>(c.x.size()));
+  const auto path = path_arg(st.range(2));
   for (auto _ : st) {
-    q::gemm_weight_only(x, c.m, qw, c.out);
+    q::gemm_weight_only(x, c.m, qw, c.out, {.path = path});
     benchmark::ClobberMemory();
   }
+  st.SetLabel(std::string(q::to_string(path)) + (sym ? " sym" : " asym"));
   set_flops(st, c);
 }
-BENCHMARK(BM_gemm_weight_only_int4)->Apply(gemm_shapes);
+void int4_args(benchmark::internal::Benchmark* b) {
+  for (auto shape : {std::pair{1, 4096}, std::pair{16, 4096}, std::pair{1024, 1024}})
+    for (auto p : {q::simd_path::avx512, q::simd_path::avx2, q::simd_path::portable})
+      if (q::is_supported(p) && (p != q::simd_path::portable || shape.first == 1))
+        for (int asym : {0, 1})
+          if (asym == 0 || shape.first == 1) b->Args({shape.first, shape.second, static_cast<int>(p), asym});
+  b->Unit(benchmark::kMillisecond);
+}
+BENCHMARK(BM_gemm_weight_only_int4)->Apply(int4_args);
+
+// The W4A16 layout from fp32 weights, one pass; GB/s counts the fp32 input, as for memcpy.
+void BM_quantize_int4(benchmark::State& st) {
+  const auto& x = stream_data();
+  for (auto _ : st) benchmark::DoNotOptimize(q::quantize_int4(x, qrows, qcols, {.group_size = 128}));
+  st.SetLabel("W4A16 g128 symmetric");
+  set_bytes(st, x.size() * sizeof(float));
+}
+BENCHMARK(BM_quantize_int4)->Unit(benchmark::kMillisecond);
+
+// The GEMMs on 1 thread (no executor) and on a thread_pool of 2, wall time. Kinds: 0 W8A8 f32 output,
+// 1 W8A8 int32, 2 weight-only int8, 3 weight-only int4 g128.
+void BM_gemm_threads(benchmark::State& st) {
+  auto c = make_case(st.range(1), st.range(2));
+  const int kind = static_cast<int>(st.range(0));
+  const auto threads = static_cast<std::size_t>(st.range(3));
+  q::thread_pool pool(threads);
+  q::executor* ex = threads > 1 ? &pool : nullptr;
+  const auto qw = q::quantize_weights_per_channel(c.w);
+  const auto qa = q::quantize_rows(c.x);
+  const auto w4 = q::quantize_int4(c.w, {.group_size = 128});
+  const std::span<const float> x(c.x.data(), static_cast<std::size_t>(c.x.size()));
+  std::vector<std::int32_t> acc(c.m * c.n);
+  for (auto _ : st) {
+    switch (kind) {
+      case 0:
+        q::gemm_w8a8(qa, qw, c.out, {.threads = ex});
+        break;
+      case 1:
+        q::gemm_w8a8_s32(qa, qw, acc, q::simd_path::automatic, ex);
+        break;
+      case 2:
+        q::gemm_weight_only(x, c.m, qw, c.out, {.threads = ex});
+        break;
+      default:
+        q::gemm_weight_only(x, c.m, w4, c.out, {.threads = ex});
+    }
+    benchmark::ClobberMemory();
+  }
+  static const char* names[] = {"w8a8 f32", "w8a8 s32", "weight-only int8", "weight-only int4 g128"};
+  st.SetLabel(std::string(names[kind]) + ", " + std::to_string(threads) + " thread" +
+              (threads > 1 ? "s" : ""));
+  set_flops(st, c);
+}
+void thread_args(benchmark::internal::Benchmark* b) {
+  for (int kind : {0, 1, 2, 3})
+    for (auto shape : {std::pair{1, 4096}, std::pair{16, 4096}, std::pair{1024, 1024}})
+      for (int t : {1, 2}) b->Args({kind, shape.first, shape.second, t});
+  b->Unit(benchmark::kMillisecond)->UseRealTime();
+}
+BENCHMARK(BM_gemm_threads)->Apply(thread_args);
 
 #ifdef FRUGAL_BENCH_HAVE_DNNL
 // oneDNN's s8s8s32 GEMM (raw int32 output: no epilogue), the peer to chase.

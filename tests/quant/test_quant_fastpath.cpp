@@ -2,10 +2,13 @@
 // division otherwise; vector min-max and absmax; SIMD nibble packing) against the portable ones.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -240,4 +243,78 @@ TEST_CASE(
                                                        q::rounding_mode::half_to_even));
         }
     }
+}
+
+TEST_CASE(
+    "quant fast path: symmetric groups quantized one at a time equal the portable path, odd sizes too") {
+  std::mt19937 rng(41);
+  for (int g : {32, 48, 64, 96, 256})
+    for (q::element_type t : {q::element_type::i8, q::element_type::u8, q::element_type::i4})
+      for (bool narrow : {true, false})
+        for (auto policy : {q::nonfinite_policy::error, q::nonfinite_policy::saturate}) {
+          CAPTURE(g);
+          CAPTURE(q::to_string(t));
+          CAPTURE(narrow);
+          const std::size_t rows = 6, cols = static_cast<std::size_t>(g) * 4;
+          std::vector<float> x = hard_data(rows * cols, 0.03f, 0, rng);
+          std::fill_n(x.begin() + static_cast<std::ptrdiff_t>(cols), g, 0.0f);  // an all-zero group: scale 1
+          x[4 * cols + 3] = 1e-40f;                                             // a subnormal absmax
+          for (std::size_t i = 4 * cols + 4; i < 4 * cols + static_cast<std::size_t>(g); ++i) x[i] = 0.0f;
+          if (policy == q::nonfinite_policy::saturate)
+            x[2 * cols + 7] = std::numeric_limits<float>::quiet_NaN();
+          const q::scheme s{.type = t,
+                            .granularity = q::granularity::per_group,
+                            .group_size = g,
+                            .narrow_range = narrow,
+                            .nonfinite = policy};
+          const auto ref = q::quantize(x, rows, cols, s, q::simd_path::portable);
+          for (auto path : {q::simd_path::avx2, q::simd_path::avx512}) {
+            if (!q::is_supported(path)) continue;
+            CAPTURE(q::to_string(path));
+            const auto got = q::quantize(x, rows, cols, s, path);
+            CHECK(got.scales == ref.scales);
+            CHECK(got.zero_points == ref.zero_points);
+            CHECK(got.data == ref.data);
+          }
+        }
+  // Under the error policy a NaN in any group is reported at its index, on every path.
+  std::vector<float> y(4 * 128, 0.5f);
+  y[3 * 128 + 77] = -std::numeric_limits<float>::infinity();
+  for (auto path : {q::simd_path::portable, q::simd_path::avx2, q::simd_path::avx512}) {
+    if (!q::is_supported(path)) continue;
+    CHECK_THROWS_WITH_AS(
+        q::quantize(y, 2, 256, {.granularity = q::granularity::per_group, .group_size = 128}, path),
+        doctest::Contains("data[461] is -Inf"), std::invalid_argument);
+  }
+}
+
+TEST_CASE("quant fast path: quantize_int4 reports a group whose scale fp16 cannot hold") {
+  std::vector<float> w(2 * 64, 1.0f);
+  for (std::size_t i = 64; i < 96; ++i) w[i] = 1e-12f;  // absmax / 7 is below fp16's smallest subnormal
+  CHECK_THROWS_WITH_AS(
+      q::quantize_int4(w, 2, 64, {.group_size = 32}),
+      doctest::Contains("frugal::quant::quantize_int4: group 2 needs a scale that fp16 cannot hold"),
+      std::invalid_argument);
+}
+
+TEST_CASE("quant fast path: f32 -> bf16 with streaming stores equals the portable conversion") {
+  // Above the 4 MiB of output where the SIMD paths switch to non-temporal stores, with an output that
+  // starts off the vector alignment and a length off the vector width.
+  std::mt19937 rng(5);
+  const std::size_t n = (std::size_t{1} << 21) + 37;
+  std::vector<float> x(n);
+  std::uniform_int_distribution<std::uint32_t> bits;
+  for (auto& v : x) {
+    const std::uint32_t b = bits(rng);
+    std::memcpy(&v, &b, sizeof v);  // every class of float: NaN, Inf, subnormals, ties
+  }
+  std::vector<q::bfloat16> ref(n + 1), got(n + 1);
+  q::convert(std::span<const float>(x), std::span<q::bfloat16>(ref).subspan(1), q::simd_path::portable);
+  for (auto path : {q::simd_path::avx2, q::simd_path::avx512}) {
+    if (!q::is_supported(path)) continue;
+    CAPTURE(q::to_string(path));
+    std::fill(got.begin(), got.end(), q::bfloat16{});
+    q::convert(std::span<const float>(x), std::span<q::bfloat16>(got).subspan(1), path);
+    CHECK(got == ref);
+  }
 }

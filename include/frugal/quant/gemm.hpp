@@ -1,6 +1,5 @@
 #pragma once
 
-#include "frugal/quant/detail/eigen.hpp"
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -10,14 +9,17 @@
 #include <string>
 #include <type_traits>
 #include <vector>
+#include "frugal/quant/detail/eigen.hpp"
 
 #include "frugal/config.hpp"
 #include "frugal/quant/convert.hpp"
 #include "frugal/quant/detail/cpu.hpp"
+#include "frugal/quant/detail/gemm_int4.hpp"
 #include "frugal/quant/detail/gemm_int8.hpp"
 #include "frugal/quant/detail/gemm_weight_only.hpp"
 #include "frugal/quant/detail/vecmath.hpp"
 #include "frugal/quant/int4.hpp"
+#include "frugal/quant/parallel.hpp"
 #include "frugal/quant/quantize.hpp"
 #include "frugal/quant/types.hpp"
 
@@ -68,6 +70,9 @@ struct gemm_options {
   std::span<const float> bias = {};  ///< N floats, or empty
   activation_kind activation = activation_kind::none;
   simd_path path = simd_path::automatic;  ///< forces a kernel (tests, benchmarks)
+  /// Threads to split the GEMM over (along N, or M when it has more blocks); null: the calling thread
+  /// only. Any split gives the bits of one thread.
+  executor* threads = nullptr;
 };
 
 /// @brief Requantization to int8 with gemmlowp's fixed-point arithmetic.
@@ -77,6 +82,7 @@ struct requantize_options {
   std::span<const float> bias = {};  ///< N floats in real units, rounded to int32 at scale sa * sb
   activation_kind activation = activation_kind::none;  ///< none or relu
   simd_path path = simd_path::automatic;
+  executor* threads = nullptr;  ///< as gemm_options::threads (the int32 GEMM; the requantization is O(M N))
 };
 
 /// @brief A real multiplier in (0, 1) or above as gemmlowp keeps it: real = multiplier * 2^(shift - 31).
@@ -361,10 +367,11 @@ inline int8_level resolve_int8_level(simd_path p, const char* who) {
 inline void check_activation(activation_kind a, bool allow_gelu, const char* who) {
   const bool gelu = a == activation_kind::gelu || a == activation_kind::gelu_erf;
   if (a != activation_kind::none && a != activation_kind::relu && (!gelu || !allow_gelu))
-    throw std::invalid_argument(std::string(who) + ": options.activation " + std::to_string(static_cast<int>(a)) +
-                                (a == activation_kind::gelu       ? " (gelu) is not supported with int8 output"
-                                 : a == activation_kind::gelu_erf ? " (gelu_erf) is not supported with int8 output"
-                                                                  : " is not an activation_kind"));
+    throw std::invalid_argument(
+        std::string(who) + ": options.activation " + std::to_string(static_cast<int>(a)) +
+        (a == activation_kind::gelu       ? " (gelu) is not supported with int8 output"
+         : a == activation_kind::gelu_erf ? " (gelu_erf) is not supported with int8 output"
+                                          : " is not an activation_kind"));
 }
 
 /// Checks every field of quantized_activations against its shape in O(M): data vs rows * cols, one
@@ -459,35 +466,59 @@ inline void check_gemm_shapes(const quantized_activations& a, const quantized_we
                                 " entries, not N = " + std::to_string(w.rows));
 }
 
-// Runs the int8 kernel of `lv` and hands every int32 tile (exact sum_k A * B) to `epilogue`.
+// Runs the int8 kernel of `lv` and hands every int32 tile (exact sum_k A * B) to `epilogue`, split on
+// `threads` along whole blocks: 8 rows of A (the widest kernel's) or 32 channels (two panels).
 inline void run_int8_gemm(int8_level lv, const quantized_activations& a, const quantized_weights& w,
-                          auto&& epilogue) {
+                          executor* threads, auto&& epilogue) {
   const std::size_t m = a.rows, n = w.rows, k = a.cols;
   if (m == 0 || n == 0) return;
+  // Each part runs the kernel on rows [m0, m1) and channels [n0, n1) through offset pointers, and its
+  // tiles are moved back to where they belong.
+  const auto in_place = [&](std::size_t m0, std::size_t n0) {
+    return [&epilogue, m0, n0](acc_tile t) {
+      t.m0 += m0;
+      t.n0 += n0;
+      epilogue(t);
+    };
+  };
 #if FRUGAL_QUANT_X86
-  const std::size_t k4 = round_up(k, 4) / 4;
+  const std::size_t k4 = round_up(k, 4) / 4, lda = k4 * 4;
   if (lv == int8_level::avx512_vnni || lv == int8_level::avx_vnni) {
-    std::vector<std::uint8_t> ap(m * k4 * 4, 0);
+    std::vector<std::uint8_t> ap(m * lda, 0);
     for (std::size_t i = 0; i < m; ++i)
       for (std::size_t t = 0; t < k; ++t)
-        ap[i * k4 * 4 + t] = static_cast<std::uint8_t>(a.data[i * k + t]) ^ 0x80u;
-    if (lv == int8_level::avx512_vnni)
-      gemm_s8_avx512_vnni(ap.data(), m, k4, w.packed.data(), n, w.packed_corr.data(), epilogue);
-    else
-      gemm_s8_avx_vnni(ap.data(), m, k4, w.packed.data(), n, w.packed_corr.data(), epilogue);
+        ap[i * lda + t] = static_cast<std::uint8_t>(a.data[i * k + t]) ^ 0x80u;
+    split_gemm(threads, m, n, k, 8, 2 * panel_width,
+               [&](std::size_t m0, std::size_t m1, std::size_t n0, std::size_t n1) {
+                 const std::int8_t* bp = w.packed.data() + n0 / panel_width * k4 * 64;
+                 if (lv == int8_level::avx512_vnni)
+                   gemm_s8_avx512_vnni(ap.data() + m0 * lda, m1 - m0, k4, bp, n1 - n0,
+                                       w.packed_corr.data() + n0, in_place(m0, n0));
+                 else
+                   gemm_s8_avx_vnni(ap.data() + m0 * lda, m1 - m0, k4, bp, n1 - n0, w.packed_corr.data() + n0,
+                                    in_place(m0, n0));
+               });
     return;
   }
   if (lv == int8_level::avx2) {
-    std::vector<std::int16_t> ap(m * k4 * 4, 0);
+    std::vector<std::int16_t> ap(m * lda, 0);
     for (std::size_t i = 0; i < m; ++i)
-      for (std::size_t t = 0; t < k; ++t) ap[i * k4 * 4 + t] = a.data[i * k + t];
-    gemm_s8_avx2(ap.data(), m, k4, w.packed.data(), n, epilogue);
+      for (std::size_t t = 0; t < k; ++t) ap[i * lda + t] = a.data[i * k + t];
+    split_gemm(threads, m, n, k, 8, 2 * panel_width,
+               [&](std::size_t m0, std::size_t m1, std::size_t n0, std::size_t n1) {
+                 gemm_s8_avx2(ap.data() + m0 * lda, m1 - m0, k4, w.packed.data() + n0 / panel_width * k4 * 64,
+                              n1 - n0, in_place(m0, n0));
+               });
     return;
   }
 #endif
   (void)lv;
-  std::vector<std::int32_t> row;
-  gemm_s8_portable(a.data.data(), m, k, w.data.data(), n, row, epilogue);
+  split_gemm(threads, m, n, k, 8, 2 * panel_width,
+             [&](std::size_t m0, std::size_t m1, std::size_t n0, std::size_t n1) {
+               std::vector<std::int32_t> row;
+               gemm_s8_portable(a.data.data() + m0 * k, m1 - m0, k, w.data.data() + n0 * k, n1 - n0, row,
+                                in_place(m0, n0));
+             });
 }
 
 inline void gemm_w8a8_impl(const quantized_activations& a, const quantized_weights& w, void* out,
@@ -507,20 +538,22 @@ inline void gemm_w8a8_impl(const quantized_activations& a, const quantized_weigh
                         w.rows};
 #if FRUGAL_QUANT_X86
   if (lv == int8_level::avx512_vnni)
-    return run_int8_gemm(lv, a, w, [&](const acc_tile& t) { epilogue_avx512(e, t); });
+    return run_int8_gemm(lv, a, w, opt.threads, [&](const acc_tile& t) { epilogue_avx512(e, t); });
   if (lv != int8_level::portable)
-    return run_int8_gemm(lv, a, w, [&](const acc_tile& t) { epilogue_avx2(e, t); });
+    return run_int8_gemm(lv, a, w, opt.threads, [&](const acc_tile& t) { epilogue_avx2(e, t); });
 #endif
-  run_int8_gemm(lv, a, w, [&](const acc_tile& t) { epilogue_portable(e, t); });
+  run_int8_gemm(lv, a, w, opt.threads, [&](const acc_tile& t) { epilogue_portable(e, t); });
 }
 
 }  // namespace detail
 
 /// @brief The exact int32 accumulators sum_k A[m][k] * B[n][k] (M x N row-major), before any
-/// epilogue; every kernel path gives the same bits.
+/// epilogue; every kernel path gives the same bits, on any number of `threads` (null: this one).
 inline void gemm_w8a8_s32(const quantized_activations& a, const quantized_weights& w,
-                          std::span<std::int32_t> out, simd_path path = simd_path::automatic) {
-  detail::gemm_w8a8_impl(a, w, out.data(), out.size(), detail::out_kind::s32, {.path = path});
+                          std::span<std::int32_t> out, simd_path path = simd_path::automatic,
+                          executor* threads = nullptr) {
+  detail::gemm_w8a8_impl(a, w, out.data(), out.size(), detail::out_kind::s32,
+                         {.path = path, .threads = threads});
 }
 
 /// @brief W8A8 GEMM with the fused epilogue, fp32 output (M x N row-major).
@@ -579,7 +612,7 @@ inline void gemm_w8a8(const quantized_activations& a, const quantized_weights& w
     }
   }
   std::vector<std::int32_t> acc(a.rows * w.rows);
-  gemm_w8a8_s32(a, w, acc, opt.path);
+  gemm_w8a8_s32(a, w, acc, opt.path, opt.threads);
   const bool uniform =
       std::all_of(a.scales.begin(), a.scales.end(), [&](float s) { return s == a.scales[0]; });
   std::vector<fixed_point_multiplier> per_col;
@@ -609,6 +642,7 @@ struct weight_only_options {
   std::span<const float> bias = {};
   activation_kind activation = activation_kind::none;
   simd_path path = simd_path::automatic;
+  executor* threads = nullptr;  ///< as gemm_options::threads
 };
 
 namespace detail {
@@ -627,16 +661,16 @@ inline void check_weight_only(std::size_t xsize, std::size_t m, std::size_t k, s
                                 " entries, not N = " + std::to_string(n));
 }
 
-// Walks N in blocks of 4 rows (the last block repeats row N-1 and drops it) and M in blocks of `mr`,
-// so each block of W is converted once per block of X and stays in L1.
+// Walks columns [n0, n1) in blocks of 4 rows of W (the last block repeats row N-1 and drops it) and
+// rows [m0, m1) in blocks of `mr`, so each block of W is converted once per block of X and stays in L1.
 template <class Block>
-void weight_only_driver(std::size_t m, std::size_t n, std::size_t mr, const float* x, std::size_t k,
-                        float* out, Block&& block) {
+void weight_only_driver(std::size_t m0, std::size_t m1, std::size_t n0, std::size_t n1, std::size_t n,
+                        std::size_t mr, const float* x, std::size_t k, float* out, Block&& block) {
   float sums[4 * 4];
-  for (std::size_t j = 0; j < n; j += 4) {
-    const std::size_t nj = std::min<std::size_t>(4, n - j);
-    for (std::size_t i = 0; i < m; i += mr) {
-      const std::size_t mi = std::min(mr, m - i);
+  for (std::size_t j = n0; j < n1; j += 4) {
+    const std::size_t nj = std::min<std::size_t>(4, n1 - j);
+    for (std::size_t i = m0; i < m1; i += mr) {
+      const std::size_t mi = std::min(mr, m1 - i);
       block(x + i * k, mi, j, sums);
       for (std::size_t a = 0; a < mi; ++a)
         for (std::size_t b = 0; b < nj; ++b) out[(i + a) * n + j + b] = sums[a * 4 + b];
@@ -672,37 +706,40 @@ inline void gemm_weight_only(std::span<const float> x, std::size_t m, const quan
   const auto rows4 = [&](std::size_t j, const std::int8_t** p) {
     for (std::size_t b = 0; b < 4; ++b) p[b] = w.data.data() + std::min(j + b, n - 1) * k;
   };
+  detail::split_gemm(
+      opt.threads, m, n, k, 4, 4, [&](std::size_t m0, std::size_t m1, std::size_t n0, std::size_t n1) {
 #if FRUGAL_QUANT_X86
-  if (lv == detail::float_level::avx512) {
-    detail::weight_only_driver(m, n, 4, x.data(), k, out.data(),
-                               [&](const float* xb, std::size_t mi, std::size_t j, float* s) {
-                                 const std::int8_t* p[4];
-                                 rows4(j, p);
-                                 switch (mi) {
-                                   case 4:
-                                     return detail::wo8_block_avx512<4>(xb, k, p, s);
-                                   case 3:
-                                     return detail::wo8_block_avx512<3>(xb, k, p, s);
-                                   case 2:
-                                     return detail::wo8_block_avx512<2>(xb, k, p, s);
-                                   default:
-                                     return detail::wo8_block_avx512<1>(xb, k, p, s);
-                                 }
-                               });
-  } else if (lv == detail::float_level::avx2) {
-    detail::weight_only_driver(m, n, 2, x.data(), k, out.data(),
-                               [&](const float* xb, std::size_t mi, std::size_t j, float* s) {
-                                 const std::int8_t* p[4];
-                                 rows4(j, p);
-                                 if (mi == 2) return detail::wo8_block_avx2<2>(xb, k, p, s);
-                                 detail::wo8_block_avx2<1>(xb, k, p, s);
-                               });
-  } else
+        if (lv == detail::float_level::avx512) {
+          detail::weight_only_driver(m0, m1, n0, n1, n, 4, x.data(), k, out.data(),
+                                     [&](const float* xb, std::size_t mi, std::size_t j, float* s) {
+                                       const std::int8_t* p[4];
+                                       rows4(j, p);
+                                       switch (mi) {
+                                         case 4:
+                                           return detail::wo8_block_avx512<4>(xb, k, p, s);
+                                         case 3:
+                                           return detail::wo8_block_avx512<3>(xb, k, p, s);
+                                         case 2:
+                                           return detail::wo8_block_avx512<2>(xb, k, p, s);
+                                         default:
+                                           return detail::wo8_block_avx512<1>(xb, k, p, s);
+                                       }
+                                     });
+        } else if (lv == detail::float_level::avx2) {
+          detail::weight_only_driver(m0, m1, n0, n1, n, 2, x.data(), k, out.data(),
+                                     [&](const float* xb, std::size_t mi, std::size_t j, float* s) {
+                                       const std::int8_t* p[4];
+                                       rows4(j, p);
+                                       if (mi == 2) return detail::wo8_block_avx2<2>(xb, k, p, s);
+                                       detail::wo8_block_avx2<1>(xb, k, p, s);
+                                     });
+        } else
 #endif
-  {
-    (void)rows4;
-    detail::wo8_portable(x.data(), m, k, w.data.data(), n, out.data());
-  }
+        {
+          (void)rows4;
+          detail::wo8_portable(x.data(), m0, m1, k, w.data.data(), n0, n1, n, out.data());
+        }
+      });
   detail::finish_weight_only(lv, out.data(), m, n, w.scales.data(), opt);
 }
 
@@ -723,31 +760,26 @@ inline void gemm_weight_only(std::span<const float> x, std::size_t m, const int4
   if (m == 0 || n == 0) return;
   const std::uint8_t* zps = w.symmetric ? nullptr : w.zero_points.data();
 #if FRUGAL_QUANT_X86
-  if (lv == detail::float_level::avx512) {
-    detail::weight_only_driver(m, n, 2, x.data(), k, out.data(),
-                               [&](const float* xb, std::size_t mi, std::size_t j, float* s) {
-                                 const std::uint8_t* p[4];
-                                 const half* sc[4];
-                                 const std::uint8_t* zp[4];
-                                 for (std::size_t b = 0; b < 4; ++b) {
-                                   const std::size_t r = std::min(j + b, n - 1);
-                                   p[b] = w.packed.data() + r * (k / 2);
-                                   sc[b] = w.scales.data() + r * (k / g);
-                                   zp[b] = zps ? zps + r * (k / g) : nullptr;
-                                 }
-                                 if (w.symmetric) {
-                                   if (mi == 2)
-                                     return detail::wo4_block_avx512<true, 2>(xb, k, p, sc, zp, g, s);
-                                   return detail::wo4_block_avx512<true, 1>(xb, k, p, sc, zp, g, s);
-                                 }
-                                 if (mi == 2)
-                                   return detail::wo4_block_avx512<false, 2>(xb, k, p, sc, zp, g, s);
-                                 detail::wo4_block_avx512<false, 1>(xb, k, p, sc, zp, g, s);
-                               });
+  if (lv != detail::float_level::portable) {
+    const bool avx512 = lv == detail::float_level::avx512;
+    std::vector<float> xp(m * k), xsum(m * (k / g));
+    detail::pack_x_int4(avx512, x.data(), m, k, g, xp.data(), xsum.data());
+    const detail::int4_operands o{xp.data(), xsum.data(), k, g, w.packed.data(), w.scales.data(), zps};
+    detail::split_gemm(opt.threads, m, n, k, 4, 4,
+                       [&](std::size_t m0, std::size_t m1, std::size_t n0, std::size_t n1) {
+                         if (w.symmetric)
+                           detail::w4_columns<true>(avx512, o, m0, m1, n, n0, n1, out.data());
+                         else
+                           detail::w4_columns<false>(avx512, o, m0, m1, n, n0, n1, out.data());
+                       });
   } else
 #endif
   {
-    detail::wo4_portable(x.data(), m, k, w.packed.data(), w.scales.data(), zps, g, n, out.data());
+    detail::split_gemm(opt.threads, m, n, k, 4, 4,
+                       [&](std::size_t m0, std::size_t m1, std::size_t n0, std::size_t n1) {
+                         detail::wo4_portable(x.data(), m0, m1, k, w.packed.data(), w.scales.data(), zps, g,
+                                              n0, n1, n, out.data());
+                       });
   }
   detail::finish_weight_only(lv, out.data(), m, n, nullptr, opt);
 }

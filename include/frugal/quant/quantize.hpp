@@ -331,7 +331,8 @@ FRUGAL_QUANT_TARGET_AVX512 __attribute__((always_inline)) inline run_range minma
 
 FRUGAL_QUANT_TARGET_AVX512 __attribute__((always_inline)) inline std::size_t quantize_run_avx512_body(
     const float* x, std::size_t n, float scale, std::int32_t zp, std::int32_t lo, std::int32_t hi,
-    rounding_mode rm, std::int8_t* out, bool known_finite, const float* prefetch) noexcept {
+    rounding_mode rm, std::int8_t* out, bool known_finite, const float* prefetch,
+    bool bounded = false) noexcept {
   const float r = 1.0f / scale;
   if (!std::isnormal(r)) return quantize_run_avx512_div(x, n, scale, zp, lo, hi, rm, out);
   constexpr int nearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
@@ -365,15 +366,17 @@ FRUGAL_QUANT_TARGET_AVX512 __attribute__((always_inline)) inline std::size_t qua
       if (b != 64 && bad == n) bad = i + b;
       continue;
     }
-    const __m512i i0 = _mm512_cvt_roundps_epi32(_mm512_range_ps(t0, cap, clamp_abs), nearest),
-                  i1 = _mm512_cvt_roundps_epi32(_mm512_range_ps(t1, cap, clamp_abs), nearest),
-                  i2 = _mm512_cvt_roundps_epi32(_mm512_range_ps(t2, cap, clamp_abs), nearest),
-                  i3 = _mm512_cvt_roundps_epi32(_mm512_range_ps(t3, cap, clamp_abs), nearest);
+    // bounded: |t| < 1024 is known (the scale came from this data's absmax), so the clamp is skipped.
+    const __m512i i0 = _mm512_cvt_roundps_epi32(bounded ? t0 : _mm512_range_ps(t0, cap, clamp_abs), nearest),
+                  i1 = _mm512_cvt_roundps_epi32(bounded ? t1 : _mm512_range_ps(t1, cap, clamp_abs), nearest),
+                  i2 = _mm512_cvt_roundps_epi32(bounded ? t2 : _mm512_range_ps(t2, cap, clamp_abs), nearest),
+                  i3 = _mm512_cvt_roundps_epi32(bounded ? t3 : _mm512_range_ps(t3, cap, clamp_abs), nearest);
     const __m512i w01 = _mm512_packs_epi32(i0, i1), w23 = _mm512_packs_epi32(i2, i3);
     const __m512i b = is_unsigned ? _mm512_max_epu8(_mm512_min_epu8(_mm512_packus_epi16(w01, w23), bhi), blo)
                                   : _mm512_max_epi8(_mm512_min_epi8(_mm512_packs_epi16(w01, w23), bhi), blo);
     _mm512_storeu_si512(out + i, _mm512_permutexvar_epi32(order, b));
   }
+  if (i == n) return bad;  // a call per group of 64 or 128 would cost as much as the group
   const std::size_t tail_bad = quantize_run_avx512_div(x + i, n - i, scale, zp, lo, hi, rm, out + i);
   if (tail_bad != n - i && bad == n) bad = i + tail_bad;
   return bad;
@@ -426,7 +429,8 @@ FRUGAL_QUANT_TARGET_AVX2 __attribute__((always_inline)) inline run_range minmax_
 
 FRUGAL_QUANT_TARGET_AVX2 __attribute__((always_inline)) inline std::size_t quantize_run_avx2_body(
     const float* x, std::size_t n, float scale, std::int32_t zp, std::int32_t lo, std::int32_t hi,
-    rounding_mode rm, std::int8_t* out, bool known_finite, const float* prefetch) noexcept {
+    rounding_mode rm, std::int8_t* out, bool known_finite, const float* prefetch,
+    bool bounded = false) noexcept {
   const float r = 1.0f / scale;
   if (!std::isnormal(r)) return quantize_run_avx2_div(x, n, scale, zp, lo, hi, rm, out);
   constexpr int nearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
@@ -466,15 +470,16 @@ FRUGAL_QUANT_TARGET_AVX2 __attribute__((always_inline)) inline std::size_t quant
       continue;
     }
     // Rounded values are integers: clamp to +-1024 (an infinite t saturates too) and truncate exactly.
-    const __m256i i0 = _mm256_cvttps_epi32(_mm256_min_ps(_mm256_max_ps(r0, ncap), cap)),
-                  i1 = _mm256_cvttps_epi32(_mm256_min_ps(_mm256_max_ps(r1, ncap), cap)),
-                  i2 = _mm256_cvttps_epi32(_mm256_min_ps(_mm256_max_ps(r2, ncap), cap)),
-                  i3 = _mm256_cvttps_epi32(_mm256_min_ps(_mm256_max_ps(r3, ncap), cap));
+    const __m256i i0 = _mm256_cvttps_epi32(bounded ? r0 : _mm256_min_ps(_mm256_max_ps(r0, ncap), cap)),
+                  i1 = _mm256_cvttps_epi32(bounded ? r1 : _mm256_min_ps(_mm256_max_ps(r1, ncap), cap)),
+                  i2 = _mm256_cvttps_epi32(bounded ? r2 : _mm256_min_ps(_mm256_max_ps(r2, ncap), cap)),
+                  i3 = _mm256_cvttps_epi32(bounded ? r3 : _mm256_min_ps(_mm256_max_ps(r3, ncap), cap));
     const __m256i w01 = _mm256_packs_epi32(i0, i1), w23 = _mm256_packs_epi32(i2, i3);
     const __m256i b = is_unsigned ? _mm256_max_epu8(_mm256_min_epu8(_mm256_packus_epi16(w01, w23), bhi), blo)
                                   : _mm256_max_epi8(_mm256_min_epi8(_mm256_packs_epi16(w01, w23), bhi), blo);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), _mm256_permutevar8x32_epi32(b, order));
   }
+  if (i == n) return bad;
   const std::size_t tail_bad = quantize_run_avx2_div(x + i, n - i, scale, zp, lo, hi, rm, out + i);
   if (tail_bad != n - i && bad == n) bad = i + tail_bad;
   return bad;
@@ -609,8 +614,44 @@ FRUGAL_QUANT_TARGET_AVX2 inline std::size_t quantize_runs_avx2(const float* x, s
   return bad;
 }
 
-FRUGAL_QUANT_TARGET_AVX2 inline void pack_nibbles_avx2(const std::int8_t* v, std::size_t n,
-                                                       std::uint8_t* out) noexcept {
+// Symmetric per-group quantization of a row of `runs` groups of g, one group at a time while it is in
+// L1: absmax, scale = absmax / half_levels (params_from_range's formula for a symmetric scheme, 1 for
+// an all-zero group), rounded to fp16 when scale_bits is not null (the W4A16 layout), then the integers.
+// Returns false at the first group with NaN or Inf, or whose scale fp16 cannot hold, having written
+// part of the row: the caller redoes the row on the general path, which reports or saturates it.
+// |x / scale| is at most half_levels, twice that with an fp16 scale rounded from a subnormal, so the
+// quantizer is told its values are bounded.
+#  define FRUGAL_QUANT_GROUPS_SYMMETRIC(isa)                                                              \
+    for (std::size_t k = 0; k < runs; ++k) {                                                              \
+      const float* xk = x + k * g;                                                                        \
+      const run_range rr = absmax_##isa##_body(xk, g);                                                    \
+      if (rr.first_nonfinite != g) return false;                                                          \
+      float scale = rr.hi / half_levels;                                                                  \
+      if (!(scale > 0.0f) || !std::isfinite(scale)) scale = 1.0f;                                         \
+      if (scale_bits) {                                                                                   \
+        const __m128i h = _mm_cvtps_ph(_mm_set_ss(scale), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); \
+        scale = _mm_cvtss_f32(_mm_cvtph_ps(h));                                                           \
+        if (!(scale > 0.0f) || !std::isfinite(scale)) return false;                                       \
+        scale_bits[k] = static_cast<std::uint16_t>(_mm_extract_epi16(h, 0));                              \
+      }                                                                                                   \
+      scales[k] = scale;                                                                                  \
+      quantize_run_##isa##_body(xk, g, scale, zp, lo, hi, rm, out + k * g, true, nullptr, true);          \
+    }                                                                                                     \
+    return true;
+
+FRUGAL_QUANT_TARGET_AVX512 inline bool quantize_groups_symmetric_avx512(
+    const float* x, std::size_t g, std::size_t runs, float half_levels, std::int32_t zp, std::int32_t lo,
+    std::int32_t hi, rounding_mode rm, std::int8_t* out, float* scales,
+    std::uint16_t* scale_bits) noexcept {FRUGAL_QUANT_GROUPS_SYMMETRIC(avx512)} FRUGAL_QUANT_TARGET_AVX2
+    inline bool quantize_groups_symmetric_avx2(const float* x, std::size_t g, std::size_t runs,
+                                               float half_levels, std::int32_t zp, std::int32_t lo,
+                                               std::int32_t hi, rounding_mode rm, std::int8_t* out,
+                                               float* scales, std::uint16_t* scale_bits) noexcept {
+        FRUGAL_QUANT_GROUPS_SYMMETRIC(avx2)}
+#  undef FRUGAL_QUANT_GROUPS_SYMMETRIC
+
+FRUGAL_QUANT_TARGET_AVX2
+    inline void pack_nibbles_avx2(const std::int8_t* v, std::size_t n, std::uint8_t* out) noexcept {
   const __m256i low = _mm256_set1_epi16(0x000f), high = _mm256_set1_epi16(0x00f0);
   std::size_t j = 0;
   for (; j + 32 <= n; j += 32) {
@@ -698,6 +739,22 @@ inline std::size_t quantize_run(float_level lv, const float* x, std::size_t n, f
   (void)prefetch;
   (void)lv;
   return quantize_run_portable(x, n, scale, zp, lo, hi, m, out);
+}
+
+// quantize_groups_symmetric_avx512 / _avx2 on level lv; the portable path has none (returns false).
+inline bool quantize_groups_symmetric(float_level lv, const float* x, std::size_t g, std::size_t runs,
+                                      float half_levels, std::int32_t zp, std::int32_t lo, std::int32_t hi,
+                                      rounding_mode rm, std::int8_t* out, float* scales,
+                                      std::uint16_t* scale_bits) noexcept {
+#if FRUGAL_QUANT_X86
+  if (lv == float_level::avx512)
+    return quantize_groups_symmetric_avx512(x, g, runs, half_levels, zp, lo, hi, rm, out, scales, scale_bits);
+  if (lv == float_level::avx2)
+    return quantize_groups_symmetric_avx2(x, g, runs, half_levels, zp, lo, hi, rm, out, scales, scale_bits);
+#endif
+  (void)lv, (void)x, (void)g, (void)runs, (void)half_levels, (void)zp, (void)lo, (void)hi, (void)rm;
+  (void)out, (void)scales, (void)scale_bits;
+  return false;
 }
 
 inline void pack_nibbles_run(float_level lv, const std::int8_t* v, std::size_t n,
@@ -948,8 +1005,19 @@ inline quantized_tensor quantize(std::span<const float> data, std::size_t rows, 
       s.granularity == granularity::per_group ? static_cast<std::size_t>(s.group_size) : cols;
   const std::size_t runs = n == 0 ? 1 : cols / n;
   std::vector<detail::run_range> ranges(runs);
+  // Symmetric groups go group by group, each read from memory once and quantized from L1.
+  const bool by_group = s.symmetric && s.granularity == granularity::per_group;
+  const float half_levels = static_cast<float>(hi - lo) / 2.0f;
+  const std::int32_t szp = symmetric_zero_point(s);
   for (std::size_t r = 0; r < rows; ++r) {
     const float* row = data.data() + r * cols;
+    auto* out = packed ? row_tmp.data() : reinterpret_cast<std::int8_t*>(q.data.data() + r * cols);
+    if (by_group && detail::quantize_groups_symmetric(lv, row, n, runs, half_levels, szp, lo, hi, s.rounding,
+                                                      out, q.scales.data() + r * runs, nullptr)) {
+      std::fill_n(q.zero_points.data() + r * runs, runs, szp);
+      if (packed) detail::pack_nibbles_run(lv, row_tmp.data(), cols, q.data.data() + r * q.row_bytes());
+      continue;
+    }
     detail::range_runs(lv, s, row, n, runs, ranges.data());
     for (std::size_t k = 0; k < runs; ++k) {
       const detail::run_range& rr = ranges[k];
@@ -957,7 +1025,6 @@ inline quantized_tensor quantize(std::span<const float> data, std::size_t rows, 
         detail::throw_nonfinite(who, r * cols + k * n + rr.first_nonfinite, row[k * n + rr.first_nonfinite]);
       std::tie(q.scales[r * runs + k], q.zero_points[r * runs + k]) = params_from_range(rr.lo, rr.hi, s);
     }
-    auto* out = packed ? row_tmp.data() : reinterpret_cast<std::int8_t*>(q.data.data() + r * cols);
     // While this row is quantized from L1, the next one is fetched for its min-max.
     detail::quantize_runs(lv, row, n, runs, q.scales.data() + r * runs, q.zero_points.data() + r * runs, lo,
                           hi, s.rounding, out, ranges.data(), r + 1 < rows ? row + cols : nullptr);

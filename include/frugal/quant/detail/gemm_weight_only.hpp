@@ -17,26 +17,27 @@ FRUGAL_BEGIN_NAMESPACE
 namespace quant {
 namespace detail {
 
-// sums[i * 4 + j] = dot(X row m0 + i, W row n0 + j), raw (before the per-channel scale).
-inline void wo8_portable(const float* x, std::size_t m, std::size_t k, const std::int8_t* w, std::size_t n,
-                         float* out) noexcept {
-  for (std::size_t i = 0; i < m; ++i)
-    for (std::size_t j = 0; j < n; ++j) {
+// out[i * ldo + j] = dot(X row i, W row j) for rows [m0, m1) and columns [n0, n1), raw (before the
+// per-channel scale).
+inline void wo8_portable(const float* x, std::size_t m0, std::size_t m1, std::size_t k, const std::int8_t* w,
+                         std::size_t n0, std::size_t n1, std::size_t ldo, float* out) noexcept {
+  for (std::size_t i = m0; i < m1; ++i)
+    for (std::size_t j = n0; j < n1; ++j) {
       const float* xi = x + i * k;
       const std::int8_t* wj = w + j * k;
       float s = 0.0f;
       for (std::size_t t = 0; t < k; ++t) s += xi[t] * static_cast<float>(wj[t]);
-      out[i * n + j] = s;
+      out[i * ldo + j] = s;
     }
 }
 
 // Symmetric nibbles are sign-extended, asymmetric ones have their zero point subtracted.
-inline void wo4_portable(const float* x, std::size_t m, std::size_t k, const std::uint8_t* w,
-                         const half* scales, const std::uint8_t* zps, std::size_t g, std::size_t n,
-                         float* out) noexcept {
+inline void wo4_portable(const float* x, std::size_t m0, std::size_t m1, std::size_t k, const std::uint8_t* w,
+                         const half* scales, const std::uint8_t* zps, std::size_t g, std::size_t n0,
+                         std::size_t n1, std::size_t ldo, float* out) noexcept {
   const std::size_t groups = k / g;
-  for (std::size_t i = 0; i < m; ++i)
-    for (std::size_t j = 0; j < n; ++j) {
+  for (std::size_t i = m0; i < m1; ++i)
+    for (std::size_t j = n0; j < n1; ++j) {
       const float* xi = x + i * k;
       const std::uint8_t* wj = w + j * (k / 2);
       float total = 0.0f;
@@ -50,7 +51,7 @@ inline void wo4_portable(const float* x, std::size_t m, std::size_t k, const std
         }
         total += s * static_cast<float>(scales[j * groups + q]);
       }
-      out[i * n + j] = total;
+      out[i * ldo + j] = total;
     }
 }
 
@@ -59,112 +60,57 @@ template <int MR>
 FRUGAL_QUANT_TARGET_AVX512 inline void wo8_block_avx512(const float* x, std::size_t k,
                                                         const std::int8_t* const* w, float* sums) noexcept {
   __m512 acc[MR][4];
-FRUGAL_QUANT_UNROLL(4)
+  FRUGAL_QUANT_UNROLL(4)
   for (int i = 0; i < MR; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = _mm512_setzero_ps();
   for (std::size_t t = 0; t < k; t += 16) {
     const __mmask16 msk = k - t >= 16 ? __mmask16(0xffff) : __mmask16((1u << (k - t)) - 1u);
     __m512 wf[4];
-FRUGAL_QUANT_UNROLL(4)
+    FRUGAL_QUANT_UNROLL(4)
     for (int j = 0; j < 4; ++j)
       wf[j] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(msk, w[j] + t)));
-FRUGAL_QUANT_UNROLL(4)
+    FRUGAL_QUANT_UNROLL(4)
     for (int i = 0; i < MR; ++i) {
       const __m512 xv = _mm512_maskz_loadu_ps(msk, x + static_cast<std::size_t>(i) * k + t);
-FRUGAL_QUANT_UNROLL(4)
+      FRUGAL_QUANT_UNROLL(4)
       for (int j = 0; j < 4; ++j) acc[i][j] = _mm512_fmadd_ps(xv, wf[j], acc[i][j]);
     }
   }
-FRUGAL_QUANT_UNROLL(4)
-  for (int i = 0; i < MR; ++i)
-FRUGAL_QUANT_UNROLL(4)
-    for (int j = 0; j < 4; ++j) sums[i * 4 + j] = _mm512_reduce_add_ps(acc[i][j]);
-}
-
-template <bool Symmetric, int MR>
-FRUGAL_QUANT_TARGET_AVX512 inline void wo4_block_avx512(const float* x, std::size_t k,
-                                                        const std::uint8_t* const* w,
-                                                        const half* const* scales,
-                                                        const std::uint8_t* const* zps, std::size_t g,
-                                                        float* sums) noexcept {
-  __m512 tot[MR][4];
-FRUGAL_QUANT_UNROLL(4)
-  for (int i = 0; i < MR; ++i) tot[i][0] = tot[i][1] = tot[i][2] = tot[i][3] = _mm512_setzero_ps();
-  const __m128i low = _mm_set1_epi8(0x0f), eight = _mm_set1_epi8(8);
-  const std::size_t groups = k / g;
-  for (std::size_t q = 0; q < groups; ++q) {
-    __m512 acc[MR][4];
-FRUGAL_QUANT_UNROLL(4)
-    for (int i = 0; i < MR; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = _mm512_setzero_ps();
-    for (std::size_t t = q * g; t < (q + 1) * g; t += 32) {
-FRUGAL_QUANT_UNROLL(4)
-      for (int j = 0; j < 4; ++j) {
-        const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w[j] + t / 2));
-        __m128i e0 = _mm_unpacklo_epi8(_mm_and_si128(b, low), _mm_and_si128(_mm_srli_epi16(b, 4), low));
-        __m128i e1 = _mm_unpackhi_epi8(_mm_and_si128(b, low), _mm_and_si128(_mm_srli_epi16(b, 4), low));
-        __m512 f0, f1;
-        if constexpr (Symmetric) {
-          e0 = _mm_sub_epi8(_mm_xor_si128(e0, eight), eight);
-          e1 = _mm_sub_epi8(_mm_xor_si128(e1, eight), eight);
-          f0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(e0));
-          f1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(e1));
-        } else {
-          const __m512 zp = _mm512_set1_ps(static_cast<float>(zps[j][q]));
-          f0 = _mm512_sub_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(e0)), zp);
-          f1 = _mm512_sub_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(e1)), zp);
-        }
-FRUGAL_QUANT_UNROLL(4)
-        for (int i = 0; i < MR; ++i) {
-          const float* xi = x + static_cast<std::size_t>(i) * k + t;
-          acc[i][j] = _mm512_fmadd_ps(_mm512_loadu_ps(xi), f0, acc[i][j]);
-          acc[i][j] = _mm512_fmadd_ps(_mm512_loadu_ps(xi + 16), f1, acc[i][j]);
-        }
-      }
-    }
-FRUGAL_QUANT_UNROLL(4)
-    for (int j = 0; j < 4; ++j) {
-      const __m512 s = _mm512_set1_ps(static_cast<float>(scales[j][q]));
-FRUGAL_QUANT_UNROLL(4)
-      for (int i = 0; i < MR; ++i) tot[i][j] = _mm512_fmadd_ps(acc[i][j], s, tot[i][j]);
-    }
-  }
-FRUGAL_QUANT_UNROLL(4)
-  for (int i = 0; i < MR; ++i)
-FRUGAL_QUANT_UNROLL(4)
-    for (int j = 0; j < 4; ++j) sums[i * 4 + j] = _mm512_reduce_add_ps(tot[i][j]);
+  FRUGAL_QUANT_UNROLL(4)
+  for (int i = 0; i < MR; ++i) FRUGAL_QUANT_UNROLL(4)
+  for (int j = 0; j < 4; ++j) sums[i * 4 + j] = _mm512_reduce_add_ps(acc[i][j]);
 }
 
 template <int MR>
 FRUGAL_QUANT_TARGET_AVX2 inline void wo8_block_avx2(const float* x, std::size_t k,
                                                     const std::int8_t* const* w, float* sums) noexcept {
   __m256 acc[MR][4];
-FRUGAL_QUANT_UNROLL(2)
+  FRUGAL_QUANT_UNROLL(2)
   for (int i = 0; i < MR; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = _mm256_setzero_ps();
   std::size_t t = 0;
   for (; t + 8 <= k; t += 8) {
     __m256 wf[4];
-FRUGAL_QUANT_UNROLL(4)
+    FRUGAL_QUANT_UNROLL(4)
     for (int j = 0; j < 4; ++j)
       wf[j] = _mm256_cvtepi32_ps(
           _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(w[j] + t))));
-FRUGAL_QUANT_UNROLL(2)
+    FRUGAL_QUANT_UNROLL(2)
     for (int i = 0; i < MR; ++i) {
       const __m256 xv = _mm256_loadu_ps(x + static_cast<std::size_t>(i) * k + t);
-FRUGAL_QUANT_UNROLL(4)
+      FRUGAL_QUANT_UNROLL(4)
       for (int j = 0; j < 4; ++j) acc[i][j] = _mm256_fmadd_ps(xv, wf[j], acc[i][j]);
     }
   }
-FRUGAL_QUANT_UNROLL(2)
-  for (int i = 0; i < MR; ++i)
-FRUGAL_QUANT_UNROLL(4)
-    for (int j = 0; j < 4; ++j) {
-      alignas(32) float lanes[8];
-      _mm256_store_ps(lanes, acc[i][j]);
-      float s =
-          ((lanes[0] + lanes[4]) + (lanes[1] + lanes[5])) + ((lanes[2] + lanes[6]) + (lanes[3] + lanes[7]));
-      for (std::size_t u = t; u < k; ++u)
-        s += x[static_cast<std::size_t>(i) * k + u] * static_cast<float>(w[j][u]);
-      sums[i * 4 + j] = s;
-    }
+  FRUGAL_QUANT_UNROLL(2)
+  for (int i = 0; i < MR; ++i) FRUGAL_QUANT_UNROLL(4)
+  for (int j = 0; j < 4; ++j) {
+    alignas(32) float lanes[8];
+    _mm256_store_ps(lanes, acc[i][j]);
+    float s =
+        ((lanes[0] + lanes[4]) + (lanes[1] + lanes[5])) + ((lanes[2] + lanes[6]) + (lanes[3] + lanes[7]));
+    for (std::size_t u = t; u < k; ++u)
+      s += x[static_cast<std::size_t>(i) * k + u] * static_cast<float>(w[j][u]);
+    sums[i * 4 + j] = s;
+  }
 }
 #endif
 
