@@ -69,17 +69,10 @@ std::mutex& shared_mutex() {
   return m;
 }
 
-void BM_pool_acquire_release(benchmark::State& state) {
-  pool_t& pool = shared_pool();
-  for (auto _ : state) {
-    auto lease = pool.acquire("m");
-    benchmark::DoNotOptimize(lease.get());
-  }
-  state.SetItemsProcessed(state.iterations());
-}
-
-void BM_manual_clock_pool_acquire_release(benchmark::State& state) {
-  manual_pool_t& pool = shared_manual_pool();
+// acquire + release of the loaded model "m" of the pool that get() returns (steady or manual clock).
+template <auto& get>
+void BM_acquire_release(benchmark::State& state) {
+  auto& pool = get();
   for (auto _ : state) {
     auto lease = pool.acquire("m");
     benchmark::DoNotOptimize(lease.get());
@@ -118,9 +111,13 @@ void BM_steady_clock_now_x2(benchmark::State& state) {
 
 // Real time at 2 threads is the wall time over both threads' iterations (Google Benchmark divides it by the
 // thread count), i.e. the inverse of the combined throughput; the ratio compares like with like.
-BENCHMARK(BM_pool_acquire_release)->Name("pool_acquire_release")->UseRealTime()->Threads(1)->Threads(2);
+BENCHMARK(BM_acquire_release<shared_pool>)
+    ->Name("pool_acquire_release")
+    ->UseRealTime()
+    ->Threads(1)
+    ->Threads(2);
 BENCHMARK(BM_shared_ptr_copy_drop)->Name("shared_ptr_copy_drop")->UseRealTime()->Threads(1)->Threads(2);
-BENCHMARK(BM_manual_clock_pool_acquire_release)
+BENCHMARK(BM_acquire_release<shared_manual_pool>)
     ->Name("reference/pool_acquire_release_manual_clock")
     ->UseRealTime()
     ->Threads(1)

@@ -66,13 +66,9 @@ int main(int argc, char** argv) {
         o.model_dir = value();
       else if (a == "--models")
         models_file = value();
-      else if (a == "--pool-collect-s") {
-        const std::string v = value();
-        char* end = nullptr;
-        o.collect_interval_s = std::strtod(v.c_str(), &end);
-        if (v.empty() || *end || !(o.collect_interval_s >= 0.01 && o.collect_interval_s <= 3600))
-          throw std::invalid_argument("--pool-collect-s must be a number in 0.01 .. 3600, not \"" + v + "\"");
-      } else if (a == "--model-name")
+      else if (a == "--pool-collect-s")
+        o.collect_interval_s = examples::number_flag(a, value(), 0.01, 3600);
+      else if (a == "--model-name")
         o.model_name = value();
       else if (a == "--host")
         o.host = value();
@@ -86,13 +82,9 @@ int main(int argc, char** argv) {
         o.max_batch = count_of(a, value(), 1, 4096);
       else if (a == "--max-batch-tokens")
         o.max_batch_tokens = count_of(a, value(), 256, 1 << 24);
-      else if (a == "--window-ms") {
-        const std::string v = value();
-        char* end = nullptr;
-        o.window_ms = std::strtod(v.c_str(), &end);
-        if (v.empty() || *end || !(o.window_ms >= 0 && o.window_ms <= 10000))
-          throw std::invalid_argument("--window-ms must be a number in 0 .. 10000, not \"" + v + "\"");
-      } else if (a == "--max-queued")
+      else if (a == "--window-ms")
+        o.window_ms = examples::number_flag(a, value(), 0, 10000);
+      else if (a == "--max-queued")
         o.max_queued = count_of(a, value(), 1, 1 << 24);
       else if (a == "--max-body-bytes")
         o.max_body_bytes = count_of(a, value(), 64, 1ull << 30);

@@ -51,15 +51,7 @@ struct semantic_route_options {
 /// @brief Parses @p a if it is one of the route's flags (taking its value from @p value); false if not.
 template <class Value>
 bool semantic_flag(semantic_route_options& o, const std::string& a, Value&& value) {
-  const auto number = [&](double lo, double hi) {
-    const std::string v = value();
-    char* end = nullptr;
-    const double x = std::strtod(v.c_str(), &end);
-    if (v.empty() || *end || !(x >= lo && x <= hi))
-      throw std::invalid_argument(a + " must be a number in " + std::to_string(lo) + " .. " +
-                                  std::to_string(hi) + ", not \"" + v + "\"");
-    return x;
-  };
+  const auto number = [&](double lo, double hi) { return examples::number_flag(a, value(), lo, hi); };
   if (a == "--semantic")
     o.enabled = true;
   else if (a == "--semantic-threshold")

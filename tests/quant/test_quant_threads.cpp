@@ -51,22 +51,31 @@ struct shape {
 // All above the size below which a GEMM stays on one thread; M = 1, 3, 17 and N, K off the vector widths.
 constexpr shape shapes[] = {{1, 1100, 256}, {3, 333, 512}, {17, 100, 256}, {64, 33, 256}, {70, 21, 384}};
 
+struct problem {
+  q::row_matrix x, w;  // M x K activations, N x K weights
+  std::vector<float> bias;
+};
+// Normal(0, 1) activations, weights and bias of shape s.
+problem random_problem(const shape& s, std::mt19937& rng) {
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  problem p{q::row_matrix(static_cast<int>(s.m), static_cast<int>(s.k)),
+            q::row_matrix(static_cast<int>(s.n), static_cast<int>(s.k)), std::vector<float>(s.n)};
+  for (int i = 0; i < p.x.size(); ++i) p.x.data()[i] = nd(rng);
+  for (int i = 0; i < p.w.size(); ++i) p.w.data()[i] = nd(rng);
+  for (auto& b : p.bias) b = nd(rng);
+  return p;
+}
+
 }  // namespace
 
 TEST_CASE("quant threads: W8A8 on 2, 3 and 7 parts gives the bits of one thread on every int8 path") {
   std::mt19937 rng(25);
-  std::normal_distribution<float> nd(0.0f, 1.0f);
   q::thread_pool two(2), three(3);
   for (const shape& s : shapes) {
     CAPTURE(s.m);
     CAPTURE(s.n);
     CAPTURE(s.k);
-    q::row_matrix x(static_cast<int>(s.m), static_cast<int>(s.k)),
-        w(static_cast<int>(s.n), static_cast<int>(s.k));
-    for (int i = 0; i < x.size(); ++i) x.data()[i] = nd(rng);
-    for (int i = 0; i < w.size(); ++i) w.data()[i] = nd(rng);
-    std::vector<float> bias(s.n);
-    for (auto& b : bias) b = nd(rng);
+    const auto [x, w, bias] = random_problem(s, rng);
     const auto qw = q::quantize_weights_per_channel(w);
     const auto qa = q::quantize_rows(x, {.symmetric = false});
     for (auto path : supported({q::simd_path::portable, q::simd_path::avx2, q::simd_path::avx_vnni,
@@ -106,18 +115,12 @@ TEST_CASE("quant threads: W8A8 on 2, 3 and 7 parts gives the bits of one thread 
 
 TEST_CASE("quant threads: weight-only int8 and int4 on 2, 3 and 7 parts give the bits of one thread") {
   std::mt19937 rng(26);
-  std::normal_distribution<float> nd(0.0f, 1.0f);
   q::thread_pool two(2), three(3);
   for (const shape& s : shapes) {
     CAPTURE(s.m);
     CAPTURE(s.n);
     CAPTURE(s.k);
-    q::row_matrix x(static_cast<int>(s.m), static_cast<int>(s.k)),
-        w(static_cast<int>(s.n), static_cast<int>(s.k));
-    for (int i = 0; i < x.size(); ++i) x.data()[i] = nd(rng);
-    for (int i = 0; i < w.size(); ++i) w.data()[i] = nd(rng);
-    std::vector<float> bias(s.n);
-    for (auto& b : bias) b = nd(rng);
+    const auto [x, w, bias] = random_problem(s, rng);
     const std::span<const float> xs(x.data(), static_cast<std::size_t>(x.size()));
     const auto w8 = q::quantize_weights_per_channel(w);
     const auto w4s = q::quantize_int4(w, {.group_size = 128});
