@@ -17,6 +17,14 @@ here=$(cd "$(dirname "$0")" && pwd)
 harnesses=("$@")
 [[ ${#harnesses[@]} -eq 0 ]] && harnesses=(quant quant_gemm money cache batcher config safetensors key ledger)
 jobs=${FUZZ_JOBS:-2}
+# Every harness has committed seeds (git keeps no empty folder, so a harness without any would find
+# its seed folder missing on a fresh clone and libFuzzer would exit at once): say so before building.
+for h in "${harnesses[@]}"; do
+  if ! compgen -G "$here/corpus/$h/*" >/dev/null; then
+    echo "$0: no seeds in $here/corpus/$h: commit at least one input there" >&2
+    exit 2
+  fi
+done
 
 cmake -S "$here" -B "$build" -DCMAKE_CXX_COMPILER="${CXX_FUZZ:-clang++}" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 targets=()
