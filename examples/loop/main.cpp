@@ -1,6 +1,9 @@
 // The composed loop from the README: a batcher in front of an int8 model, a result cache in front of
 // the batcher, and a ledger that prices it all. The model call stays in the user's own loop.
+#include <cmath>
 #include <cstdio>
+#include <future>
+#include <span>
 #include <thread>
 #include <vector>
 
@@ -22,9 +25,10 @@ int main() {
   using embedding = std::vector<float>;
   frugal::batcher<embedding, embedding> batcher{{.window = 2ms, .max_batch = 32}};
   frugal::lru_cache<embedding> cache{{.max_entries = 10'000, .max_bytes = 64 << 20, .ttl = 10min}};
-  frugal::cost::ledger<> ledger{{.prices = {{.gpu_class = "L4", .on_demand = frugal::cost::rate::per_hour(
-                                                                     frugal::cost::money::parse("$0.80"))}},
-                                 .devices = {{.gpu_class = "L4"}}}};
+  frugal::cost::ledger<> ledger{
+      {.prices = {{.gpu_class = "L4",
+                   .on_demand = frugal::cost::rate::per_hour(frugal::cost::money::parse("$0.80"))}},
+       .devices = {{.gpu_class = "L4"}}}};
   const auto tag = ledger.tag("embed");
 
   // The user's worker loop: one model call per batch, every caller gets its own row back.
@@ -32,40 +36,84 @@ int main() {
     while (auto batch = batcher.next_batch(stop)) {
       q::row_matrix x(static_cast<Eigen::Index>(batch->size()), 256);
       for (std::size_t i = 0; i < batch->size(); ++i)
-        x.row(static_cast<Eigen::Index>(i)) = Eigen::Map<const Eigen::RowVectorXf>(batch->requests()[i].data(), 256);
+        x.row(static_cast<Eigen::Index>(i)) =
+            Eigen::Map<const Eigen::RowVectorXf>(batch->requests()[i].data(), 256);
       const auto t0 = std::chrono::steady_clock::now();
       const q::row_matrix y = model(x);
       const auto busy = std::chrono::steady_clock::now() - t0;
       std::vector<embedding> out;
-      for (Eigen::Index i = 0; i < y.rows(); ++i) out.emplace_back(y.row(i).data(), y.row(i).data() + y.cols());
-      ledger.record_batch({.tag = tag, .busy = busy, .batch_size = static_cast<std::uint32_t>(batch->size())});
+      for (Eigen::Index i = 0; i < y.rows(); ++i)
+        out.emplace_back(y.row(i).data(), y.row(i).data() + y.cols());
+      ledger.record_batch(
+          {.tag = tag, .busy = busy, .batch_size = static_cast<std::uint32_t>(batch->size())});
       batch->fulfill(std::move(out));
     }
   });
 
-  // Callers: a cache hit never reaches the model; a miss waits for its batch.
-  std::vector<embedding> inputs(64, embedding(256));
-  for (std::size_t i = 0; i < inputs.size(); ++i) inputs[i][i % 256] = 1.0f;
-  for (int round = 0; round < 4; ++round) {
-    std::vector<std::future<embedding>> pending;
-    for (const auto& in : inputs) {
-      const frugal::key128 key = frugal::hash_key("embed-v1", std::span<const float>(in));
+  // Callers: a cache hit never reaches the model; a miss waits for its batch. Each round draws 64 inputs
+  // from a pool of 112, sliding by 16, so every round after the first mixes hits and misses. A miss keeps
+  // its own key beside its future: pairing the i-th pending future with the i-th input would store one
+  // input's embedding under another's key as soon as a round holds a hit.
+  std::vector<embedding> pool(112, embedding(256));
+  for (std::size_t i = 0; i < pool.size(); ++i) {
+    pool[i][i % 256] = 1.0f;
+    pool[i][(7 * i + 3) % 256] -= 0.5f;
+  }
+  auto key_of = [](const embedding& in) { return frugal::hash_key("embed-v1", std::span<const float>(in)); };
+  struct miss {
+    frugal::key128 key;
+    std::size_t input;
+    std::future<embedding> result;
+  };
+  std::size_t mixed_rounds = 0;
+  for (std::size_t round = 0; round < 4; ++round) {
+    std::vector<miss> pending;
+    std::size_t hits = 0;
+    for (std::size_t i = 16 * round; i < 16 * round + 64; ++i) {
+      const frugal::key128 key = key_of(pool[i]);
       if (auto hit = cache.get(key)) {
         ledger.record_cache_hit(tag);
         ledger.record_request(tag, 0ns);
+        ++hits;
         continue;
       }
-      pending.push_back(batcher.submit(in));
+      pending.push_back({key, i, batcher.submit(pool[i])});
     }
-    for (std::size_t i = 0; i < pending.size(); ++i) {
+    if (hits > 0 && !pending.empty()) ++mixed_rounds;
+    for (miss& m : pending) {
       const auto t0 = std::chrono::steady_clock::now();
-      embedding e = pending[i].get();
+      embedding e = m.result.get();
       ledger.record_request(tag, std::chrono::steady_clock::now() - t0);
-      cache.put(frugal::hash_key("embed-v1", std::span<const float>(inputs[i])), std::move(e));
+      cache.put(m.key, std::move(e));
     }
+  }
+
+  // The example checks itself (ctest runs it): every cached embedding is the model's answer for the
+  // input it is keyed by. Per-token quantization makes a row's answer independent of its batch.
+  std::size_t wrong = 0;
+  for (const embedding& in : pool) {
+    const auto cached = cache.get(key_of(in));
+    if (!cached) continue;
+    const q::row_matrix y = model(Eigen::Map<const Eigen::RowVectorXf>(in.data(), 256));
+    for (std::size_t j = 0; j < 256; ++j)
+      if (std::abs((*cached)[j] - y(0, static_cast<Eigen::Index>(j))) >
+          1e-4f * (1.0f + std::abs(y(0, static_cast<Eigen::Index>(j))))) {
+        ++wrong;
+        break;
+      }
   }
   batcher.close();
   std::printf("%s", frugal::cost::to_table(ledger.snapshot()).c_str());
-  std::printf("batches: %llu, cache hit ratio: %.2f\n", static_cast<unsigned long long>(batcher.stats().batches),
-              cache.stats().hit_ratio);
+  std::printf("batches: %llu, cache hit ratio: %.2f\n",
+              static_cast<unsigned long long>(batcher.stats().batches), cache.stats().hit_ratio);
+  if (mixed_rounds != 3 || wrong != 0) {
+    std::fprintf(stderr,
+                 "frugal_loop: %zu of 3 rounds mixed hits and misses; %zu cached embeddings do not match "
+                 "their key's input\n",
+                 mixed_rounds, wrong);
+    return 1;
+  }
+  std::printf(
+      "rounds mixing hits and misses: %zu, cached embeddings checked against their inputs: all match\n",
+      mixed_rounds);
 }
