@@ -49,19 +49,21 @@ struct model_config {
 /// per element it replaces cost about a fifth of a batched fp32 forward pass.
 template <class Matrix>
 void gelu_inplace(Matrix& x) {
-  constexpr float k = 0.7978845608028654f;  // sqrt(2 / pi), the tanh form that the kernels use
+  constexpr float k = frugal::quant::detail::gelu_tanh_scale;  // the tanh form that the kernels use
+  constexpr float c = frugal::quant::detail::gelu_tanh_cubic;
   auto v = x.array();
-  v = 0.5f * v * (1.0f + (k * (v + 0.044715f * v.cube())).tanh());
+  v = 0.5f * v * (1.0f + (k * (v + c * v.cube())).tanh());
 }
 
 /// Adds the bias to every row of x and, with `gelu`, applies GELU in the same pass (row-major x).
 inline void bias_gelu_inplace(matrix& x, const std::vector<float>& bias, bool gelu) {
-  constexpr float k = 0.7978845608028654f;  // sqrt(2 / pi), the tanh form that the kernels use
+  constexpr float k = frugal::quant::detail::gelu_tanh_scale;  // the tanh form that the kernels use
+  constexpr float c = frugal::quant::detail::gelu_tanh_cubic;
   const Eigen::Map<const Eigen::ArrayXf> b(bias.data(), static_cast<Eigen::Index>(bias.size()));
   for (Eigen::Index r = 0; r < x.rows(); ++r) {
     Eigen::Map<Eigen::ArrayXf> v(x.row(r).data(), x.cols());
     v += b;
-    if (gelu) v = 0.5f * v * (1.0f + (k * (v + 0.044715f * v.cube())).tanh());
+    if (gelu) v = 0.5f * v * (1.0f + (k * (v + c * v.cube())).tanh());
   }
 }
 

@@ -29,24 +29,17 @@
 #include "frugal/batcher/policy.hpp"
 #include "frugal/clock.hpp"
 #include "frugal/config.hpp"
+#include "frugal/detail/spin.hpp"
 
 FRUGAL_BEGIN_NAMESPACE
 
 namespace detail {
-inline void cpu_relax() noexcept {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield");
-#endif
-}
-
 // The queue lock is held for a few dozen nanoseconds, so a short spin usually wins it without the
 // futex sleep and wake that a contended std::mutex costs.
 inline void lock_briefly_spinning(std::unique_lock<std::mutex>& lk) {
-  for (int i = 0; i < 64; ++i) {
+  for (unsigned i = 0; i < spin_limit; ++i) {
     if (lk.try_lock()) return;
-    cpu_relax();
+    cpu_pause();
   }
   lk.lock();
 }

@@ -191,3 +191,24 @@ TEST_CASE("histogram: coordinated omission correction records the held-back requ
   CHECK_THROWS_AS(frugal::cost::log_linear_histogram(10), std::invalid_argument);
   CHECK_THROWS_AS((void)s.value_at(1.5), std::invalid_argument);
 }
+
+TEST_CASE("histogram: merging saturates the count and the sum instead of wrapping below a part") {
+  frugal::cost::histogram_snapshot a, b;
+  a.buckets = {{1, 1}};
+  a.count = 1;
+  a.sum = UINT64_MAX - 5;
+  b.buckets = {{1, 2}, {3, 1}};
+  b.count = UINT64_MAX;
+  b.sum = 10;
+  a.merge(b);
+  CHECK(a.sum == UINT64_MAX);
+  CHECK(a.count == UINT64_MAX);
+  REQUIRE(a.buckets.size() == 2);
+  CHECK(a.buckets[0] == std::pair<std::uint32_t, std::uint64_t>{1, 3});
+  frugal::cost::histogram_snapshot c;
+  c.count = 2;
+  c.sum = 7;
+  c.merge(frugal::cost::histogram_snapshot{.buckets = {}, .count = 3, .sum = 5});
+  CHECK(c.count == 5);
+  CHECK(c.sum == 12);
+}

@@ -26,6 +26,7 @@
 #include "frugal/cache/tinylfu.hpp"
 #include "frugal/cache/weigher.hpp"
 #include "frugal/config.hpp"
+#include "frugal/detail/spin.hpp"
 
 // Whether ThreadSanitizer instruments this build (GCC defines __SANITIZE_THREAD__, Clang has the
 // feature test); it does not model std::atomic_thread_fence.
@@ -44,22 +45,9 @@ FRUGAL_BEGIN_NAMESPACE
 
 namespace detail {
 
-// Spins briefly, then yields, so that a lock holder preempted on a busy machine gets its CPU back.
-inline void spin_pause(unsigned spins) noexcept {
-  if (spins < 64) {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    asm volatile("yield");
-#endif
-  } else {
-    std::this_thread::yield();
-  }
-}
-
 // Waits, spinning and then yielding, until flag reads false.
 inline void spin_while_set(const std::atomic<bool>& flag, std::memory_order order) noexcept {
-  for (unsigned spins = 0; flag.load(order); ++spins) spin_pause(spins);
+  for (unsigned spins = 0; flag.load(order); ++spins) spin_wait(spins);
 }
 
 // A shard's writers' lock. Critical sections are a few dozen instructions, so a test-and-set lock

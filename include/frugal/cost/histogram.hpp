@@ -83,8 +83,9 @@ struct histogram_snapshot {
       }
     }
     buckets = std::move(out);
-    count += o.count;
-    sum += o.sum;
+    // Sums saturate as the ledger's counters do, so a merged total never falls below a part.
+    count = count > UINT64_MAX - o.count ? UINT64_MAX : count + o.count;
+    sum = sum > UINT64_MAX - o.sum ? UINT64_MAX : sum + o.sum;
   }
   /// @brief This snapshot minus an earlier one of the same histogram (the values recorded in between).
   histogram_snapshot minus(const histogram_snapshot& earlier) const {

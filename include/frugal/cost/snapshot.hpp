@@ -517,10 +517,15 @@ inline ledger_snapshot derive(std::shared_ptr<const ledger_config> cfg, raw_stat
     }
     for (std::size_t d = 0; d < nd; ++d) {
       const raw_device& r = now.devices[d];
-      if (r.memory_high_since_ns && now.at_ns - *r.memory_high_since_ns >= th.memory_window.count())
+      if (!r.memory_high_since_ns) continue;
+      // A user's clock may step back or jump far: the span saturates instead of overflowing.
+      std::int64_t high_for = 0;
+      if (__builtin_sub_overflow(now.at_ns, *r.memory_high_since_ns, &high_for))
+        high_for = now.at_ns < 0 ? std::numeric_limits<std::int64_t>::min() : std::numeric_limits<std::int64_t>::max();
+      if (high_for >= th.memory_window.count())
         fire("memory_high", "device " + s.devices[d].name, *r.memory_fraction, th.memory_high,
              "device " + s.devices[d].name + " memory at " + fmt_pct(*r.memory_fraction) + ", over " +
-                 fmt_pct(th.memory_high) + " for " + fmt_ms(double(now.at_ns - *r.memory_high_since_ns)));
+                 fmt_pct(th.memory_high) + " for " + fmt_ms(double(high_for)));
     }
     auto p99 = [&](const tag_figures& t, std::string subject) {
       if (t.latency_histogram.count && t.latency.p99 > th.p99_max)

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "frugal/config.hpp"
+#include "frugal/detail/spin.hpp"
 
 FRUGAL_BEGIN_NAMESPACE
 namespace quant {
@@ -77,7 +78,7 @@ class thread_pool final : public executor {
     }
     work_.notify_all();
     take_tasks();
-    for (int i = 0; i < spin_rounds && busy_.load(std::memory_order_acquire) != 0; ++i) relax();
+    for (int i = 0; i < spin_rounds && busy_.load(std::memory_order_acquire) != 0; ++i) ::frugal::detail::cpu_pause();
     std::exception_ptr error;
     {
       std::unique_lock<std::mutex> lk(m_);
@@ -111,21 +112,13 @@ class thread_pool final : public executor {
     inside() = outer;
   }
 
-  static void relax() noexcept {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#else
-    std::this_thread::yield();
-#endif
-  }
-
   void worker() {
     std::uint64_t seen = 0;
     for (;;) {
       for (int i = 0; i < spin_rounds && generation_.load(std::memory_order_acquire) == seen &&
                       !stop_.load(std::memory_order_relaxed);
            ++i)
-        relax();
+        ::frugal::detail::cpu_pause();
       {
         std::unique_lock<std::mutex> lk(m_);
         work_.wait(lk, [&] {

@@ -5,6 +5,7 @@
 
 #include "frugal/config.hpp"
 #include "frugal/quant/detail/cpu.hpp"
+#include "frugal/quant/detail/gelu.hpp"
 
 FRUGAL_QUANT_SIMD_BEGIN
 FRUGAL_BEGIN_NAMESPACE
@@ -21,7 +22,7 @@ enum class activation_kind {
 namespace detail {
 
 inline float gelu_tanh(float x) noexcept {
-  const float u = 0.7978845608028654f * (x + 0.044715f * x * x * x);
+  const float u = gelu_tanh_scale * (x + gelu_tanh_cubic * x * x * x);
   return 0.5f * x * (1.0f + std::tanh(u));
 }
 
@@ -32,7 +33,7 @@ inline float activate(float x, activation_kind a) noexcept {
     case activation_kind::gelu:
       return gelu_tanh(x);
     case activation_kind::gelu_erf:
-      return 0.5f * x * (1.0f + std::erf(x * 0.70710678118654752f));
+      return 0.5f * x * (1.0f + std::erf(x * gelu_erf_scale));
     default:
       return x;
   }
@@ -60,7 +61,7 @@ FRUGAL_QUANT_TARGET_AVX512 inline __m512 exp_avx512(__m512 x) noexcept {
 // erf(z) for z >= 0 by Abramowitz & Stegun 7.1.26 (absolute error <= 1.5e-7, below fp32's resolution of
 // 1 + erf), so gelu_erf(x) = 0.5 x (1 + sign(x) erf(|x| / sqrt 2)).
 FRUGAL_QUANT_TARGET_AVX512 inline __m512 gelu_erf_avx512(__m512 x) noexcept {
-  const __m512 z = _mm512_mul_ps(_mm512_abs_ps(x), _mm512_set1_ps(0.70710678118654752f));
+  const __m512 z = _mm512_mul_ps(_mm512_abs_ps(x), _mm512_set1_ps(gelu_erf_scale));
   const __m512 t = _mm512_div_ps(_mm512_set1_ps(1.0f),
                                  _mm512_fmadd_ps(_mm512_set1_ps(0.3275911f), z, _mm512_set1_ps(1.0f)));
   __m512 p = _mm512_set1_ps(1.061405429f);
@@ -82,7 +83,7 @@ FRUGAL_QUANT_TARGET_AVX512 inline __m512 activate_avx512(__m512 x, activation_ki
   if (a != activation_kind::gelu) return x;
   const __m512 x3 = _mm512_mul_ps(_mm512_mul_ps(x, x), x);
   const __m512 u =
-      _mm512_mul_ps(_mm512_set1_ps(0.7978845608028654f), _mm512_fmadd_ps(_mm512_set1_ps(0.044715f), x3, x));
+      _mm512_mul_ps(_mm512_set1_ps(gelu_tanh_scale), _mm512_fmadd_ps(_mm512_set1_ps(gelu_tanh_cubic), x3, x));
   const __m512 e = exp_avx512(_mm512_mul_ps(u, _mm512_set1_ps(-2.0f)));
   return _mm512_div_ps(x, _mm512_add_ps(_mm512_set1_ps(1.0f), e));
 }
@@ -107,7 +108,7 @@ FRUGAL_QUANT_TARGET_AVX2 inline __m256 exp_avx2(__m256 x) noexcept {
 FRUGAL_QUANT_TARGET_AVX2 inline __m256 gelu_erf_avx2(__m256 x) noexcept {
   const __m256 sign = _mm256_and_ps(x, _mm256_set1_ps(-0.0f));
   const __m256 z =
-      _mm256_mul_ps(_mm256_andnot_ps(_mm256_set1_ps(-0.0f), x), _mm256_set1_ps(0.70710678118654752f));
+      _mm256_mul_ps(_mm256_andnot_ps(_mm256_set1_ps(-0.0f), x), _mm256_set1_ps(gelu_erf_scale));
   const __m256 t = _mm256_div_ps(_mm256_set1_ps(1.0f),
                                  _mm256_fmadd_ps(_mm256_set1_ps(0.3275911f), z, _mm256_set1_ps(1.0f)));
   __m256 p = _mm256_set1_ps(1.061405429f);
@@ -127,7 +128,7 @@ FRUGAL_QUANT_TARGET_AVX2 inline __m256 activate_avx2(__m256 x, activation_kind a
   if (a != activation_kind::gelu) return x;
   const __m256 x3 = _mm256_mul_ps(_mm256_mul_ps(x, x), x);
   const __m256 u =
-      _mm256_mul_ps(_mm256_set1_ps(0.7978845608028654f), _mm256_fmadd_ps(_mm256_set1_ps(0.044715f), x3, x));
+      _mm256_mul_ps(_mm256_set1_ps(gelu_tanh_scale), _mm256_fmadd_ps(_mm256_set1_ps(gelu_tanh_cubic), x3, x));
   const __m256 e = exp_avx2(_mm256_mul_ps(u, _mm256_set1_ps(-2.0f)));
   return _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
 }

@@ -7,6 +7,7 @@
 
 #include "frugal/config.hpp"
 #include "frugal/cuda/gemm/arguments.cuh"
+#include "frugal/quant/detail/gelu.hpp"
 
 FRUGAL_BEGIN_NAMESPACE
 namespace cuda::kernel {
@@ -30,7 +31,7 @@ struct epilogue_params {
 };
 
 __device__ __forceinline__ float gelu_tanh(float x) {
-  return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+  return 0.5f * x * (1.0f + tanhf(quant::detail::gelu_tanh_scale * (x + quant::detail::gelu_tanh_cubic * x * x * x)));
 }
 
 __device__ __forceinline__ float apply_activation(float v, activation act) {
