@@ -22,7 +22,7 @@ set_property(TARGET frugal::cuda APPEND PROPERTY INTERFACE_COMPILE_OPTIONS $<$<C
 if(NOT TARGET Eigen3::Eigen)
   find_package(Eigen3 3.4 CONFIG REQUIRED)
 endif()
-set_property(TARGET frugal::frugal APPEND PROPERTY INTERFACE_LINK_LIBRARIES Eigen3::Eigen)
+set_property(TARGET frugal::quant APPEND PROPERTY INTERFACE_LINK_LIBRARIES Eigen3::Eigen)
 """,
     "xxhash": """\
 if(NOT TARGET xxHash::xxhash)
@@ -30,9 +30,11 @@ if(NOT TARGET xxHash::xxhash)
   find_package(xxHash REQUIRED)
   list(POP_FRONT CMAKE_MODULE_PATH)
 endif()
-set_property(TARGET frugal::frugal APPEND PROPERTY INTERFACE_LINK_LIBRARIES xxHash::xxhash)
+set_property(TARGET frugal::cache APPEND PROPERTY INTERFACE_LINK_LIBRARIES xxHash::xxhash)
 """,
 }
+# The host library's components, as frugal's CMake defines them: each dependency belongs to one of them.
+_COMPONENTS = {"batcher": None, "cost": None, "pool": None, "cache": "xxhash", "quant": "eigen"}
 _DEPENDENCIES = {"eigen": "eigen::eigen", "xxhash": "xxhash::xxhash"}
 
 
@@ -112,19 +114,28 @@ class FrugalConan(ConanFile):
         self.cpp_info.set_property("cmake_target_name", "frugal::all")
         self.cpp_info.set_property("pkg_config_name", "frugal-all")
 
+        modules = []
+        for name, dependency in _COMPONENTS.items():
+            component = self.cpp_info.components[name]
+            component.set_property("cmake_target_name", f"frugal::{name}")
+            component.set_property("pkg_config_name", f"frugal-{name}")
+            component.bindirs = []
+            component.libdirs = []
+            if self.settings.os in ("Linux", "FreeBSD"):
+                component.system_libs = ["pthread"]
+            if dependency:
+                if self._packaged(dependency):
+                    component.requires.append(_DEPENDENCIES[dependency])
+                else:
+                    modules.append(self._module(dependency))
+
+        # frugal::frugal: every host component.
         core = self.cpp_info.components["core"]
         core.set_property("cmake_target_name", "frugal::frugal")
         core.set_property("pkg_config_name", "frugal")
         core.bindirs = []
         core.libdirs = []
-        if self.settings.os in ("Linux", "FreeBSD"):
-            core.system_libs = ["pthread"]
-        modules = []
-        for name, target in _DEPENDENCIES.items():
-            if self._packaged(name):
-                core.requires.append(target)
-            else:
-                modules.append(self._module(name))
+        core.requires = list(_COMPONENTS)
 
         if self.options.with_cuda:
             cuda = self.cpp_info.components["cuda"]

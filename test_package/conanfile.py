@@ -34,5 +34,6 @@ class FrugalTestPackageConan(ConanFile):
     def test(self):
         if can_run(self):
             self.run(os.path.join(self.cpp.build.bindir, "test_package"), env="conanrun")
+            self.run(os.path.join(self.cpp.build.bindir, "test_package_batcher"), env="conanrun")
             if self.dependencies["frugal"].options.with_cuda:
                 self.run(os.path.join(self.cpp.build.bindir, "test_package_cuda"), env="conanrun")

@@ -221,7 +221,7 @@ result simulate(scenario sc, const params& p, const std::vector<request>& trace)
   std::vector<std::optional<fc::ledger_snapshot>> at_load(model_count);
 
   auto pool = std::make_unique<pool_t>(
-      pool_t::options{.budget_bytes = (sc == scenario::one_at_a_time ? 1 : model_count) * model_bytes,
+      pool_t::options_type{.budget_bytes = (sc == scenario::one_at_a_time ? 1 : model_count) * model_bytes,
                       .models = specs,
                       .load =
                           [&](const spec_t& s) {

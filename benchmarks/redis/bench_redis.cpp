@@ -31,7 +31,7 @@ frugal_test::redis_server& server() {
 }
 
 std::unique_ptr<tier> make_tier(bool local) {
-  tier::options o{.redis = {.port = server().port(), .model = "bench", .version = "1"}};
+  tier::options_type o{.redis = {.port = server().port(), .model = "bench", .version = "1"}};
   if (!local) o.local = {.max_entries = 0, .max_bytes = 0};
   return std::make_unique<tier>(std::move(o));
 }

@@ -152,7 +152,7 @@ class app {
       ro.port = std::atoi(o.redis.c_str() + colon + 1);
       if (std::getenv("FRUGAL_REDIS_PASSWORD")) ro.auth = frugal::redis_auth::from_env();
       tier_ = std::make_unique<tier_type>(
-          tier_type::options{.redis = ro,
+          tier_type::options_type{.redis = ro,
                              .local = {.max_entries = std::max<std::size_t>(o.cache_entries, 1)},
                              .ledger = &ledger_,
                              .tag = default_tag_});
@@ -218,7 +218,7 @@ class app {
       by_name_[r->name] = r.get();
       routes_.push_back(std::move(r));
     }
-    pool_ = std::make_unique<pool_type>(pool_type::options{
+    pool_ = std::make_unique<pool_type>(pool_type::options_type{
         .budget_bytes = mc.budget_bytes,
         .models = std::move(specs),
         .load = [this](const frugal::model_spec<>& spec) { return load_model(spec); },

@@ -8,9 +8,14 @@ if(NOT EXISTS "${SOURCE_PATH}/include/frugal/frugal.hpp")
   message(FATAL_ERROR "frugal's overlay port must stay at ports/frugal inside frugal's source tree (looked in ${SOURCE_PATH})")
 endif()
 
+# Without a feature its component is not installed: frugal's CMake skips a component whose package
+# it cannot find, so hiding the package is how a feature is turned off.
 vcpkg_check_features(OUT_FEATURE_OPTIONS FEATURE_OPTIONS
   FEATURES
     cuda FRUGAL_ENABLE_CUDA
+  INVERTED_FEATURES
+    cache CMAKE_DISABLE_FIND_PACKAGE_xxHash
+    quant CMAKE_DISABLE_FIND_PACKAGE_Eigen3
 )
 
 vcpkg_cmake_configure(

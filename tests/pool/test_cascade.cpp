@@ -51,7 +51,7 @@ struct fixture {
              clock) {}
 };
 
-cascade_t::options two_tiers() {
+cascade_t::options_type two_tiers() {
   return {.tiers = {{.model = "small", .cost_per_call = money::parse("$0.001")},
                     {.model = "large", .cost_per_call = money::parse("$0.01")}},
           .run =
@@ -61,7 +61,7 @@ cascade_t::options two_tiers() {
           .escalate = [](const answer& a, std::size_t) { return a.confidence < 0.8; }};
 }
 
-std::string invalid(fixture& f, cascade_t::options o) {
+std::string invalid(fixture& f, cascade_t::options_type o) {
   try {
     cascade_t c(f.pool, std::move(o));
   } catch (const std::invalid_argument& e) {

@@ -52,7 +52,7 @@ struct harness {
   std::function<void(const spec&)> before_load;
   std::map<std::string, std::size_t> measured;
 
-  pool_t::options options(std::size_t budget, std::vector<spec> models) {
+  pool_t::options_type options(std::size_t budget, std::vector<spec> models) {
     return {
         .budget_bytes = budget,
         .models = std::move(models),
@@ -102,7 +102,7 @@ std::string what_of(F&& f) {
   return "(no exception)";
 }
 
-std::string invalid_options(pool_t::options o) {
+std::string invalid_options(pool_t::options_type o) {
   try {
     pool_t p(std::move(o));
   } catch (const std::invalid_argument& e) {

@@ -26,7 +26,7 @@ int main(int argc, char** argv) {
   const int model_ms = std::stoi(argv[4]);
   const bool cross = std::string(argv[5]) == "1";
   using tier = frugal::redis_tier<std::vector<float>>;
-  tier t(tier::options{.redis = {.port = port,
+  tier t(tier::options_type{.redis = {.port = port,
                                  .model = "replica-test",
                                  .version = "1",
                                  .command_timeout = std::chrono::milliseconds(200),

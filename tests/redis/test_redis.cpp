@@ -52,7 +52,7 @@ frugal::cost::ledger_options ledger_opts() {
 }  // namespace
 
 TEST_CASE("redis_tier: options that cannot work are refused, naming the field") {
-  auto bad = [](frugal::redis_options r) { return tier(tier::options{.redis = std::move(r)}); };
+  auto bad = [](frugal::redis_options r) { return tier(tier::options_type{.redis = std::move(r)}); };
   CHECK_THROWS_WITH_AS(bad({.model = "", .version = "1"}), doctest::Contains("options.model"), std::invalid_argument);
   CHECK_THROWS_WITH_AS(bad({.model = "m:x", .version = "1"}), doctest::Contains("options.model"),
                        std::invalid_argument);
@@ -102,9 +102,9 @@ TEST_CASE("redis codec: the header carries format, type and codec version, and a
 
 TEST_CASE("redis_tier: a value written by one tier is read by another, under its namespace only") {
   redis_server srv;
-  tier a(tier::options{.redis = at(srv)});
-  tier b(tier::options{.redis = at(srv)});
-  tier other_version(tier::options{.redis = at(srv, "2")});
+  tier a(tier::options_type{.redis = at(srv)});
+  tier b(tier::options_type{.redis = at(srv)});
+  tier other_version(tier::options_type{.redis = at(srv, "2")});
   CHECK(a.put(key_of(1), value_of(1)));
   auto got = b.get(key_of(1));
   REQUIRE(got);
@@ -171,7 +171,7 @@ TEST_CASE("redis_tier: replicas asking for one key at once compute it once (cros
 
 TEST_CASE("redis_tier: concurrent misses on one key in a process run the model once") {
   redis_server srv;
-  tier t(tier::options{.redis = at(srv)});
+  tier t(tier::options_type{.redis = at(srv)});
   std::atomic<int> calls{0};
   std::vector<std::thread> threads;
   std::vector<tier::pointer> got(8);
@@ -193,8 +193,8 @@ TEST_CASE("redis_tier: values expire from Redis after their TTL") {
   redis_server srv;
   auto opts = at(srv);
   opts.ttl = 150ms;
-  tier writer(tier::options{.redis = opts, .local = {}});
-  tier reader(tier::options{.redis = opts, .local = {}});
+  tier writer(tier::options_type{.redis = opts, .local = {}});
+  tier reader(tier::options_type{.redis = opts, .local = {}});
   REQUIRE(writer.put(key_of(9), value_of(9)));
   auto pttl = srv.command({"PTTL", writer.redis_key(key_of(9))});
   CHECK(pttl->integer > 0);
@@ -207,7 +207,7 @@ TEST_CASE("redis_tier: values expire from Redis after their TTL") {
 
 TEST_CASE("redis_tier: a value with a wrong header is a counted miss, recomputed and overwritten") {
   redis_server srv;
-  tier t(tier::options{.redis = at(srv), .local = {}});
+  tier t(tier::options_type{.redis = at(srv), .local = {}});
   const std::string k = t.redis_key(key_of(3));
   srv.command({"SET", k, std::string("FRGV\x01\x00garbage-from-an-older-format", 34)});
   CHECK_FALSE(t.get(key_of(3)));
@@ -228,7 +228,7 @@ TEST_CASE("redis_tier: a value with a wrong header is a counted miss, recomputed
 
 TEST_CASE("redis_tier: a batch's lookups and writes are one round trip each") {
   redis_server srv;
-  tier t(tier::options{.redis = at(srv), .local = {}});
+  tier t(tier::options_type{.redis = at(srv), .local = {}});
   std::vector<frugal::key128> keys;
   std::vector<vec> values;
   for (std::uint64_t i = 0; i < 32; ++i) {
@@ -272,7 +272,7 @@ TEST_CASE("redis_tier: redis-server killed mid-run falls back to the model, open
   opts.breaker_failures = 2;
   opts.breaker_backoff = 100ms;
   opts.breaker_jitter = 0;
-  manual_tier t(manual_tier::options{.redis = opts, .local = {}, .ledger = &ledger, .tag = tag}, clock);
+  manual_tier t(manual_tier::options_type{.redis = opts, .local = {}, .ledger = &ledger, .tag = tag}, clock);
   int calls = 0;
   auto compute = [&](std::uint64_t id) {
     return t.get_or_compute(key_of(id), [&] {
@@ -321,7 +321,7 @@ TEST_CASE("redis_tier: a redis-server paused by SIGSTOP costs each call at most 
   opts.command_timeout = 5ms;
   opts.breaker_failures = 3;
   opts.breaker_jitter = 0;
-  manual_tier t(manual_tier::options{.redis = opts, .local = {}}, clock);
+  manual_tier t(manual_tier::options_type{.redis = opts, .local = {}}, clock);
   REQUIRE(t.put(key_of(1), value_of(1)));
   srv.pause();
   int calls = 0;
@@ -351,7 +351,7 @@ TEST_CASE("redis_tier: a redis-server paused by SIGSTOP costs each call at most 
 
 TEST_CASE("redis_tier: with maxmemory and noeviction full, writes fail and are counted while reads go on") {
   redis_server srv;
-  tier t(tier::options{.redis = at(srv), .local = {}});
+  tier t(tier::options_type{.redis = at(srv), .local = {}});
   REQUIRE(t.put(key_of(1), value_of(1)));
   srv.command({"CONFIG", "SET", "maxmemory-policy", "noeviction"});
   auto r = srv.command({"CONFIG", "SET", "maxmemory", "1"});
@@ -378,17 +378,17 @@ TEST_CASE("redis_tier: AUTH with a password or an ACL user; a refusal is a count
   redis_server srv({"--requirepass", secret});
   auto opts = at(srv);
   opts.auth = {.password = secret};
-  tier ok(tier::options{.redis = opts, .local = {}});
+  tier ok(tier::options_type{.redis = opts, .local = {}});
   CHECK(ok.put(key_of(1), value_of(1)));
   CHECK(ok.get(key_of(1)));
 
   srv.command({"ACL", "SETUSER", "frugal", "on", ">user-pw-also-secret", "~*", "+@all"}, secret);
   opts.auth = {.user = "frugal", .password = "user-pw-also-secret"};
-  tier user(tier::options{.redis = opts, .local = {}});
+  tier user(tier::options_type{.redis = opts, .local = {}});
   CHECK(user.get(key_of(1)));
 
   opts.auth = {.password = "wrong-" + secret};
-  tier wrong(tier::options{.redis = opts, .local = {}});
+  tier wrong(tier::options_type{.redis = opts, .local = {}});
   CHECK_FALSE(wrong.get(key_of(1)));
   const auto st = wrong.stats();
   CHECK(st.redis.auth_failures == 1);

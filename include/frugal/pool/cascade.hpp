@@ -74,12 +74,12 @@ template <class Pool, class Input, class Answer>
 class cascade {
  public:
   using model_type = typename Pool::model_type;
-  using options = cascade_options<model_type, Input, Answer>;
+  using options_type = cascade_options<model_type, Input, Answer>;
   using result = cascade_result<Answer>;
 
   /// @brief Throws std::invalid_argument naming the field when a tier is not a model of the pool, a model
   /// repeats, or run or escalate is missing. The pool must outlive the cascade.
-  cascade(Pool& pool, options opts) : pool_(&pool), opts_(std::move(opts)) {
+  cascade(Pool& pool, options_type opts) : pool_(&pool), opts_(std::move(opts)) {
     const std::string who = "frugal::cascade: options.";
     if (opts_.tiers.empty()) throw std::invalid_argument(who + "tiers must not be empty");
     if (!opts_.run) throw std::invalid_argument(who + "run is required");
@@ -147,7 +147,7 @@ class cascade {
     return st;
   }
 
-  const options& config() const noexcept { return opts_; }
+  const options_type& options() const noexcept { return opts_; }
 
  private:
   struct counts {
@@ -166,7 +166,7 @@ class cascade {
   }
 
   Pool* pool_;
-  const options opts_;
+  const options_type opts_;
   mutable std::mutex mutex_;
   std::uint64_t requests_ = 0;
   std::vector<counts> tiers_;

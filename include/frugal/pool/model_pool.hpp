@@ -52,7 +52,7 @@ class model_pool {
   using args_type = Args;
   using clock_type = Clock;
   using spec_type = model_spec<Args>;
-  using options = pool_options<Model, Args, Clock>;
+  using options_type = pool_options<Model, Args, Clock>;
 
   /// @brief Keeps one model loaded while it is held; move-only. Model& through * and ->.
   class lease {
@@ -102,9 +102,9 @@ class model_pool {
 
   /// @brief Validates the options (std::invalid_argument naming the field or model); loads nothing (see
   /// load_pinned) and starts the collector thread if collect_interval is set.
-  explicit model_pool(options opts, Clock clock = {})
+  explicit model_pool(options_type opts, Clock clock = {})
       : core_(std::make_shared<core_type>(std::move(opts), std::move(clock))) {
-    const auto interval = core_->config().collect_interval;
+    const auto interval = core_->options().collect_interval;
     if (interval.count() > 0) {
       collector_ = std::jthread([core = core_.get(), interval](std::stop_token stop) {
         std::mutex m;
@@ -129,7 +129,7 @@ class model_pool {
 
   /// @brief A lease on the model, loading it first if needed. Throws unknown_model, model_too_large,
   /// pool_exhausted or model_busy (after acquire_timeout), load_backoff, or the loader's own exception.
-  lease acquire(std::string_view name) { return acquire(name, core_->config().acquire_timeout); }
+  lease acquire(std::string_view name) { return acquire(name, core_->options().acquire_timeout); }
   /// @brief As acquire(name), waiting at most timeout for room or for a lease under max_users.
   lease acquire(std::string_view name, std::chrono::nanoseconds timeout) {
     const auto g = core_->acquire(name, timeout);
@@ -151,7 +151,7 @@ class model_pool {
   /// up to the timeout for room, then throws pool_exhausted. A model that is not loaded just takes the new
   /// spec for its next load. If the new version fails to load, the exception propagates and the current
   /// version stays.
-  void reload(spec_type spec) { reload(std::move(spec), core_->config().acquire_timeout); }
+  void reload(spec_type spec) { reload(std::move(spec), core_->options().acquire_timeout); }
   void reload(spec_type spec, std::chrono::nanoseconds timeout) { core_->reload(std::move(spec), timeout); }
 
   /// @brief Unloads the models idle for at least their idle_unload_after on Clock; returns how many.
@@ -167,7 +167,7 @@ class model_pool {
   /// @brief A snapshot of the counters and of every model's state.
   pool_stats stats() const { return core_->stats(); }
   /// @brief The options as given (reload changes the pool's specs, not these).
-  const options& config() const noexcept { return core_->config(); }
+  const options_type& options() const noexcept { return core_->options(); }
 
  private:
   std::shared_ptr<core_type> core_;

@@ -75,7 +75,7 @@ class redis_tier {
   using clock_type = Clock;
 
   /// @brief A redis_tier's options; a plain aggregate.
-  struct options {
+  struct options_type {
     redis_options redis{};
     /// The LRU in front. Both max_entries and max_bytes 0: no local tier, every lookup asks Redis.
     cache_options<key128, V> local{.max_entries = 10'000};
@@ -86,7 +86,7 @@ class redis_tier {
 
   /// @brief Validates the options (std::invalid_argument naming the field). Connects lazily: a Redis that
   /// is down at start is a fault like any other, not an error.
-  explicit redis_tier(options o, Clock clock = {})
+  explicit redis_tier(options_type o, Clock clock = {})
       : opts_(std::move(o)), clock_(clock), client_((detail::validate(opts_.redis), opts_.redis), clock) {
     if (opts_.local.max_entries != 0 || opts_.local.max_bytes != 0)
       local_ = std::make_unique<lru_cache<V, lru_admission, Clock>>(opts_.local, clock);
@@ -253,7 +253,7 @@ class redis_tier {
     return st;
   }
 
-  const options& config() const noexcept { return opts_; }
+  const options_type& options() const noexcept { return opts_; }
 
  private:
   struct fetch {
@@ -499,7 +499,7 @@ class redis_tier {
   static constexpr std::string_view release_script =
       "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end";
 
-  options opts_;
+  options_type opts_;
   Clock clock_;
   detail::redis_client<Clock> client_;
   std::unique_ptr<lru_cache<V, lru_admission, Clock>> local_;

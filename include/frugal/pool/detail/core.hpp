@@ -98,7 +98,7 @@ class pool_core {
     }
   }
 
-  const options_type& config() const noexcept { return opts_; }
+  const options_type& options() const noexcept { return opts_; }
 
   // A lease's two halves, both read under the lock: a reload may swap the slot's model right after.
   struct grant {
