@@ -59,8 +59,8 @@ case "${1:-}" in
   test)
     # clang and its runtime for the libFuzzer stage; prometheus (and promtool) for the export check, the
     # server's scrape test and its alert rules; cpp-httplib and wrk for the example server and its load test;
-    # hiredis and redis-server for the Redis tier; hnswlib for the semantic cache.
-    need_packages clang libclang-rt-14-dev prometheus libutf8proc-dev python3-pip fortunes libhiredis-dev redis-server \
+    # hiredis and redis-server for the Redis tier; hnswlib for the semantic cache; gcovr for coverage.
+    need_packages clang libclang-rt-14-dev gcovr prometheus libutf8proc-dev python3-pip fortunes libhiredis-dev redis-server \
       libcpp-httplib-dev wrk libhnswlib-dev
     fetch_model
     start=$(date +%s)
@@ -73,8 +73,10 @@ case "${1:-}" in
       "$@"
       echo "=== quickstart: stage $name passed in $(($(date +%s) - t0)) s"
     }
-    # 1. Everything: build (host, CUDA, benchmarks, examples) and every test, packaging included.
+    # 1. Everything: build (host, CUDA, benchmarks, examples) and every test, packaging included; then the
+    #    line coverage of include/frugal that those tests reach (branches reported), at least 90%.
     stage dev cmake --workflow --preset dev
+    stage coverage tests/coverage.sh build/dev 90
     # 2. The host suite again under AddressSanitizer + UndefinedBehaviorSanitizer, then ThreadSanitizer.
     stage asan cmake --workflow --preset asan
     stage tsan cmake --workflow --preset tsan
