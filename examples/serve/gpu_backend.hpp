@@ -14,10 +14,10 @@ namespace serve {
 
 struct gpu_layer {
   int in = 0, out = 0;
-  std::vector<float> w;           // out x in, fp32 (fp16 path)
-  std::vector<std::int8_t> w8;    // out x in, int8 per channel (W8A8 path)
-  std::vector<float> w8_scales;   // [out]
-  std::vector<float> bias;        // [out]
+  std::vector<float> w;          // out x in, fp32 (fp16 path)
+  std::vector<std::int8_t> w8;   // out x in, int8 per channel (W8A8 path)
+  std::vector<float> w8_scales;  // [out]
+  std::vector<float> bias;       // [out]
 };
 
 class gpu_backend {
@@ -30,7 +30,8 @@ class gpu_backend {
 
 /// A backend for `int8` (W8A8) or not (fp16), or null with `why` set: no CUDA in this build, no
 /// device, or a shape the kernels cannot run.
-std::unique_ptr<gpu_backend> make_gpu_backend(bool int8, const std::vector<gpu_layer>& layers, std::string& why);
+std::unique_ptr<gpu_backend> make_gpu_backend(bool int8, const std::vector<gpu_layer>& layers,
+                                              std::string& why);
 
 /// Whether a CUDA device can be used, and if not, why.
 bool gpu_available(std::string& why);

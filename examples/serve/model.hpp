@@ -25,15 +25,20 @@ inline precision parse_precision(const std::string& s) {
   if (s == "int8" || s == "w8a8") return precision::w8a8;
   if (s == "w8a16" || s == "int8-weight-only") return precision::w8a16;
   if (s == "w4a16" || s == "int4" || s == "int4-weight-only") return precision::w4a16;
-  throw std::invalid_argument("config: precision \"" + s + "\" is not one of fp32, int8 (w8a8), w8a16, w4a16");
+  throw std::invalid_argument("config: precision \"" + s +
+                              "\" is not one of fp32, int8 (w8a8), w8a16, w4a16");
 }
 
 inline const char* name(precision p) {
   switch (p) {
-    case precision::fp32: return "fp32";
-    case precision::w8a8: return "int8 W8A8";
-    case precision::w8a16: return "int8 weight-only";
-    case precision::w4a16: return "int4 weight-only";
+    case precision::fp32:
+      return "fp32";
+    case precision::w8a8:
+      return "int8 W8A8";
+    case precision::w8a16:
+      return "int8 weight-only";
+    case precision::w4a16:
+      return "int4 weight-only";
   }
   return "?";
 }
@@ -100,10 +105,16 @@ class mlp {
     std::size_t b = 0;
     for (const auto& l : layers_) {
       switch (precision_) {
-        case precision::fp32: b += static_cast<std::size_t>(l.w.size()) * sizeof(float); break;
+        case precision::fp32:
+          b += static_cast<std::size_t>(l.w.size()) * sizeof(float);
+          break;
         case precision::w8a8:
-        case precision::w8a16: b += l.w8.memory_bytes(); break;
-        case precision::w4a16: b += l.w4.memory_bytes(); break;
+        case precision::w8a16:
+          b += l.w8.memory_bytes();
+          break;
+        case precision::w4a16:
+          b += l.w4.memory_bytes();
+          break;
       }
     }
     return b;
@@ -176,7 +187,8 @@ class mlp {
       const layer& L = layers_[l];
       col_matrix& next = h == &a ? b : a;
       next.noalias() = *h * L.w.transpose();
-      next.rowwise() += Eigen::Map<const Eigen::RowVectorXf>(L.bias.data(), static_cast<Eigen::Index>(L.bias.size()));
+      next.rowwise() +=
+          Eigen::Map<const Eigen::RowVectorXf>(L.bias.data(), static_cast<Eigen::Index>(L.bias.size()));
       if (l + 1 < layers_.size()) gelu_inplace(next);
       h = &next;
     }
@@ -194,10 +206,16 @@ class mlp {
     layer l;
     l.bias = std::move(bias);
     switch (precision_) {
-      case precision::fp32: l.w = std::move(w); break;
+      case precision::fp32:
+        l.w = std::move(w);
+        break;
       case precision::w8a8:
-      case precision::w8a16: l.w8 = frugal::quant::quantize_weights_per_channel(w); break;
-      case precision::w4a16: l.w4 = frugal::quant::quantize_int4(w, {.group_size = 128}); break;
+      case precision::w8a16:
+        l.w8 = frugal::quant::quantize_weights_per_channel(w);
+        break;
+      case precision::w4a16:
+        l.w4 = frugal::quant::quantize_int4(w, {.group_size = 128});
+        break;
     }
     return l;
   }

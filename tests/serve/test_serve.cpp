@@ -254,3 +254,23 @@ TEST_CASE("serve: the MiniLM ladder serves real sentences, counts tokens, and in
   serve::apply_override(j, "--model.path=/nonexistent/minilm");
   CHECK_THROWS_WITH(serve::run(serve::parse_config(j)), doctest::Contains("/nonexistent/minilm/config.json"));
 }
+
+TEST_CASE("serve: identical misses at the same time make one model call (the cache's single flight)") {
+  // One input asked by 16 clients at once: the first miss computes it, the other callers wait for that
+  // computation instead of each reaching the model (a get followed by a put sent all 16 to the model).
+  serve::json j = tiny_config();
+  j["traffic"]["pool"] = 1;
+  j["traffic"]["accuracy_sample"] = 1;
+  j["traffic"]["phases"] = serve::json::parse(R"([{"kind": "closed", "clients": 16, "requests": 200}])");
+  j["batcher"]["window_ms"] = 20;
+  j["ladder"] = serve::json::parse(R"([{"name": "cache", "precision": "fp32", "cache": true}])");
+  const auto results = serve::run(serve::parse_config(j));
+  REQUIRE(results.size() == 1);
+  const auto& r = results.front();
+  CHECK(r.answered == 200);
+  CHECK(r.failed == 0);
+  CHECK(r.model_calls == 1);
+  CHECK(r.snapshot.total.batched_items == 1);
+  CHECK(r.cache_hits == 199);
+  CHECK(r.cosine_mean > 0.99999);
+}
