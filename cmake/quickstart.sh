@@ -60,7 +60,7 @@ case "${1:-}" in
     # clang and its runtime for the libFuzzer stage; prometheus (and promtool) for the export check, the
     # server's scrape test and its alert rules; cpp-httplib and wrk for the example server and its load test;
     # hiredis and redis-server for the Redis tier; hnswlib for the semantic cache; gcovr for coverage.
-    need_packages clang libclang-rt-14-dev gcovr prometheus libutf8proc-dev python3-pip fortunes libhiredis-dev redis-server \
+    need_packages clang libclang-rt-14-dev clang-format gcovr prometheus libutf8proc-dev python3-pip fortunes libhiredis-dev redis-server \
       libcpp-httplib-dev wrk libhnswlib-dev
     fetch_model
     start=$(date +%s)
@@ -73,6 +73,8 @@ case "${1:-}" in
       "$@"
       echo "=== quickstart: stage $name passed in $(($(date +%s) - t0)) s"
     }
+    # 0. Every C++ and CUDA file as .clang-format says (seconds; fails first).
+    stage format tests/format.sh
     # 1. Everything: build (host, CUDA, benchmarks, examples) and every test, packaging included; then the
     #    line coverage of include/frugal that those tests reach (branches reported), at least 90%.
     stage dev cmake --workflow --preset dev
