@@ -589,7 +589,7 @@ step_result run_step(const step_config& st, const shared_inputs& in, Policy poli
     }
     const int input = pr.input;
     batcher.submit(std::move(r),
-                   [&finish, input, start, open_loop](frugal::outcome<output> o) noexcept {
+                   [&finish, input, start, open_loop](frugal::result<output> o) noexcept {
                      if (o.has_value())
                        finish(input, &*o, start, true, open_loop);
                      else
