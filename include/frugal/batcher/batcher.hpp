@@ -282,7 +282,7 @@ class batcher {
     else
       notify_after_removal(c, lk);
     deliver_all(dropped);
-    if (buf) c.return_buffers(std::move(buf));
+    c.return_buffers(std::move(buf));
     return b;
   }
 
