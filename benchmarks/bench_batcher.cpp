@@ -63,7 +63,7 @@ void BM_frugal_callback(benchmark::State& state) {
       ps.emplace_back([&, p] {
         auto& sum = sums[static_cast<std::size_t>(p)].value;
         for (int i = 0; i < per_producer; ++i)
-          b.submit(i, [&sum](frugal::outcome<int> o) { sum.fetch_add(*o, std::memory_order_relaxed); });
+          b.submit(i, [&sum](frugal::result<int> o) { sum.fetch_add(*o, std::memory_order_relaxed); });
       });
     }
     for (auto& t : ps) t.join();

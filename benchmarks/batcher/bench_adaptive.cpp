@@ -93,7 +93,7 @@ sim_result simulate(Policy policy, ns window, const model_shape& m, double rate,
     }
     if (next_arrival < end && t == next_arrival) {
       b.submit(static_cast<int>(arrived++),
-               [&latencies, &good, &clk, target, arrival = t](frugal::outcome<int> o) {
+               [&latencies, &good, &clk, target, arrival = t](frugal::result<int> o) {
                  if (!o) return;
                  const auto l = std::chrono::duration_cast<ns>(clk.now() - arrival);
                  latencies.push_back(l.count());

@@ -450,7 +450,7 @@ class app {
     accepted_.fetch_add(1);
     for (const std::size_t i : misses) {
       rt.batcher->submit(request{static_cast<std::int32_t>(i), &p->ids[i], tag, keys[i]},
-                         [p, i](frugal::outcome<embedding> o) noexcept {
+                         [p, i](frugal::result<embedding> o) noexcept {
                            std::lock_guard g(p->m);
                            if (o.has_value()) {
                              p->out[i] = *o;

@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <future>
 #include <limits>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "frugal/batcher.hpp"
+#include "frugal/cost.hpp"
 
 using namespace std::chrono_literals;
 using frugal::batch_errc;
@@ -22,6 +24,13 @@ using frugal::batch_errc;
 namespace {
 
 using manual_batcher = frugal::batcher<int, int, frugal::fixed_window, frugal::manual_clock>;
+
+// What a percentile that falls on d reads: the middle of d's bucket in the cost ledger's histogram.
+std::chrono::nanoseconds bucketed(std::chrono::nanoseconds d) {
+  using h = frugal::cost::histogram_snapshot;
+  const std::uint32_t i = h::bucket_of(static_cast<std::uint64_t>(d.count()));
+  return std::chrono::nanoseconds(static_cast<std::int64_t>(h::bucket_lowest(i) + h::bucket_width(i) / 2));
+}
 
 template <class T>
 bool ready(std::future<T>& f) {
@@ -588,28 +597,65 @@ TEST_CASE("batcher: stats count every request by outcome and summarise batches a
   CHECK(s.mean_batch_size == doctest::Approx(3));
   CHECK(s.mean_fill_ratio == doctest::Approx(0.75));
   CHECK(s.queue_wait.count == 3);
-  CHECK(s.queue_wait.p50 == 2ms);
-  CHECK(s.queue_wait.p99 == 2ms);
-  CHECK(s.end_to_end.p90 == 3ms);
+  CHECK(s.queue_wait.p50 == bucketed(2ms));
+  CHECK(s.queue_wait.p99 == bucketed(2ms));
+  CHECK(s.end_to_end.p90 == bucketed(3ms));
   CHECK(s.end_to_end.max == 3ms);
   CHECK(s.mean_batch_run_time == 1ms);
 }
 
-TEST_CASE("batcher: latency percentiles are within the histogram's resolution") {
-  frugal::detail::latency_histogram h;
-  for (int i = 1; i <= 1000; ++i) h.record(i * 1000);
-  CHECK(static_cast<double>(h.quantile(0.5)) == doctest::Approx(500000).epsilon(0.07));
-  CHECK(static_cast<double>(h.quantile(0.9)) == doctest::Approx(900000).epsilon(0.07));
-  CHECK(static_cast<double>(h.quantile(0.99)) == doctest::Approx(990000).epsilon(0.07));
-  CHECK(h.max() == 1000000);
+TEST_CASE("batcher: latency percentiles equal the cost ledger's for the same latencies, within 1/2048") {
+  constexpr std::size_t n = 300;
+  std::vector<std::chrono::nanoseconds> latencies;  // ascending, from exact buckets (< 2048 ns) to 190 ms
+  for (std::int64_t i = 1; i <= static_cast<std::int64_t>(n); ++i)
+    latencies.emplace_back(7 * i * i * i + 13 * i);
+
+  frugal::manual_clock clk;
+  manual_batcher b{{.window = 1h, .max_batch = n}, clk};
+  for (std::size_t i = 0; i < n; ++i) b.submit(static_cast<int>(i), [](frugal::result<int>) {});
+  auto batch = b.try_next_batch();
+  REQUIRE(batch);
+  REQUIRE(batch->size() == n);
+  std::chrono::nanoseconds elapsed{0};
+  for (std::size_t i = 0; i < n; ++i) {
+    clk.advance(latencies[i] - elapsed);
+    elapsed = latencies[i];
+    batch->fulfill(i, 0);
+  }
+
+  namespace fc = frugal::cost;
+  frugal::manual_clock ledger_clock;
+  fc::ledger<frugal::manual_clock> ledger(
+      {.prices = {{.gpu_class = "L4", .on_demand = fc::rate::per_hour(fc::money::parse("$0.80"))}},
+       .devices = {{.gpu_class = "L4"}}},
+      ledger_clock);
+  const fc::tag_id tag = ledger.tag("batched");
+  for (const auto latency : latencies) ledger.record_request(tag, latency);
+
+  const frugal::latency_summary mine = b.stats().end_to_end;
+  const fc::latency_percentiles theirs = ledger.snapshot().tags.at(0).latency;
+  CHECK(mine.count == n);
+  CHECK(mine.p50 == theirs.p50);
+  CHECK(mine.p90 == theirs.p90);
+  CHECK(mine.p99 == theirs.p99);
+  CHECK(mine.max == latencies.back());
+  // Within the histogram's resolution of the exact nearest-rank percentile.
+  auto near_exact = [&latencies](std::chrono::nanoseconds got, double q) {
+    const auto rank = static_cast<std::size_t>(std::ceil(q * static_cast<double>(latencies.size())));
+    const auto exact = static_cast<double>(latencies[rank - 1].count());
+    return std::abs(static_cast<double>(got.count()) - exact) <= exact / 2048;
+  };
+  CHECK(near_exact(mine.p50, 0.50));
+  CHECK(near_exact(mine.p90, 0.90));
+  CHECK(near_exact(mine.p99, 0.99));
 }
 
 TEST_CASE("batcher: the callback form delivers results and errors to the callback") {
   frugal::manual_clock clk;
   manual_batcher b{{.window = 0ms, .max_batch = 4, .max_queued = 1}, clk};
   std::vector<std::string> log;
-  b.submit(5, [&](frugal::outcome<int> o) { log.push_back(o ? std::to_string(*o) : "error"); });
-  b.submit(6, [&](frugal::outcome<int> o) { log.push_back(frugal::to_string(*o.code())); });
+  b.submit(5, [&](frugal::result<int> o) { log.push_back(o ? std::to_string(*o) : "error"); });
+  b.submit(6, [&](frugal::result<int> o) { log.push_back(frugal::to_string(*o.code())); });
   CHECK(log == std::vector<std::string>{"queue_full"});
   auto batch = b.try_next_batch();
   REQUIRE(batch);

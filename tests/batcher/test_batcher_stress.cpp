@@ -37,7 +37,7 @@ int stress_requests() {
 
 enum class seen : int { none, value, deadline, cancelled, closed, queue_full, model, other };
 
-seen classify(const frugal::outcome<int>& o, int request) {
+seen classify(const frugal::result<int>& o, int request) {
   if (o) return *o == 2 * request ? seen::value : seen::other;
   try {
     std::rethrow_exception(o.error());
@@ -73,7 +73,7 @@ TEST_CASE(
   std::atomic<int> submitted{0};
   std::atomic<int> model_failures_expected{0};
 
-  auto record = [&](int request, const frugal::outcome<int>& o) {
+  auto record = [&](int request, const frugal::result<int>& o) {
     resolutions[static_cast<std::size_t>(request)].fetch_add(1, std::memory_order_relaxed);
     outcome_of[static_cast<std::size_t>(request)].store(static_cast<int>(classify(o, request)),
                                                         std::memory_order_relaxed);
@@ -116,7 +116,7 @@ TEST_CASE(
         future_requests.push_back(request);
       } else {
         const frugal::request_id id = b.submit(
-            request, [&record, request](frugal::outcome<int> r) { record(request, r); }, o);
+            request, [&record, request](frugal::result<int> r) { record(request, r); }, o);
         if (roll >= 25 && roll < 27) b.cancel(id);
       }
       if (roll >= 20 && roll < 23)
@@ -133,9 +133,9 @@ TEST_CASE(
     for (std::size_t i = 0; i < futures.size(); ++i) {
       const int request = future_requests[i];
       try {
-        record(request, frugal::outcome<int>(futures[i].get()));
+        record(request, frugal::result<int>(futures[i].get()));
       } catch (...) {
-        record(request, frugal::outcome<int>(std::current_exception()));
+        record(request, frugal::result<int>(std::current_exception()));
       }
     }
   };
@@ -192,7 +192,7 @@ TEST_CASE("adaptive: learns and sheds while producers and workers run on real th
     for (int i = 0; i < per_producer; ++i) {
       const int request = base + i;
       b.submit(request,
-               [&, request](frugal::outcome<int> o) {
+               [&, request](frugal::result<int> o) {
                  if (o && *o != request + 1) ++wrong;
                  ++resolved;
                },

@@ -192,7 +192,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* bytes, std::size_t siz
           fail("failures by cause", k, static_cast<long long>(by_cause[k]));
     };
     auto callback_for = [&](int i) {
-      return batcher_t::callback([&recs, i](frugal::outcome<int> out) {
+      return batcher_t::callback([&recs, i](frugal::result<int> out) {
         record& r = recs[i];
         ++r.resolutions;
         if (out) {

@@ -231,7 +231,7 @@ void run_epoch(const settings& cfg, std::uint64_t epoch, steady::time_point end,
         outstanding[p].fetch_add(1, std::memory_order_acq_rel);
         const frugal::request_id id = b.submit(
             request{k, slot},
-            [st = &sh, p, slot, k](frugal::outcome<std::uint64_t> o) {
+            [st = &sh, p, slot, k](frugal::result<std::uint64_t> o) {
               if ((*st->flags)[slot].fetch_add(1, std::memory_order_acq_rel) != 0)
                 st->duplicates.fetch_add(1);
               if (o) {

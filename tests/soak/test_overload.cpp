@@ -43,7 +43,7 @@ TEST_CASE("overload: at 10x capacity a rejecting batcher sheds at once and keeps
   while (clock.now() < end) {
     const auto i = static_cast<int>(reqs.size());
     reqs.push_back({clock.now(), 0, false, std::nullopt});
-    b.submit(i, [&reqs, i](frugal::outcome<int> o) {
+    b.submit(i, [&reqs, i](frugal::result<int> o) {
       auto& r = reqs[static_cast<std::size_t>(i)];
       ++r.resolutions;
       r.ok = o.has_value();
@@ -120,7 +120,7 @@ TEST_CASE("overload: at 10x capacity a blocking batcher holds producers back and
     prod.emplace_back([&] {
       while (std::chrono::steady_clock::now() < end) {
         const auto t0 = std::chrono::steady_clock::now();
-        b.submit(1, [&, me = std::this_thread::get_id()](frugal::outcome<int> o) {
+        b.submit(1, [&, me = std::this_thread::get_id()](frugal::result<int> o) {
           resolutions.fetch_add(1);
           if (o) {
             ok.fetch_add(1);

@@ -43,7 +43,7 @@ inline constexpr const char* to_string(batch_errc c) noexcept {
   return "unknown";
 }
 
-/// @brief The exception a request's future (or callback outcome) holds when the batcher failed it.
+/// @brief The exception a request's future (or callback result) holds when the batcher failed it.
 class batch_error : public std::runtime_error {
  public:
   batch_error(batch_errc code, const std::string& what) : std::runtime_error(what), code_(code) {}
@@ -77,10 +77,10 @@ class batch_error : public std::runtime_error {
 
 /// @brief What a callback-form submit receives: the result, or the exception that failed the request.
 template <class T>
-class outcome {
+class result {
  public:
-  outcome(T value) : v_(std::in_place_index<0>, std::move(value)) {}
-  outcome(std::exception_ptr error) : v_(std::in_place_index<1>, std::move(error)) {}
+  result(T value) : v_(std::in_place_index<0>, std::move(value)) {}
+  result(std::exception_ptr error) : v_(std::in_place_index<1>, std::move(error)) {}
 
   bool has_value() const noexcept { return v_.index() == 0; }
   explicit operator bool() const noexcept { return has_value(); }

@@ -25,7 +25,7 @@ struct light_state {
   void release() noexcept {
     if (refs.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
   }
-  void set(outcome<T>&& o) noexcept {
+  void set(result<T>&& o) noexcept {
     if (o)
       value.emplace(std::move(*o));
     else

@@ -48,6 +48,9 @@ struct batcher_options {
   std::chrono::nanoseconds block_timeout = std::chrono::nanoseconds::max();
 };
 
+/// @brief Identifies a submitted request, for cancel().
+using request_id = std::uint64_t;
+
 /// @brief Per-request settings for submit.
 template <class TimePoint>
 struct basic_submit_options {
@@ -75,7 +78,9 @@ struct batch_info {
   std::chrono::nanoseconds queue_wait{0};
 };
 
-/// @brief p50/p90/p99 and max of a latency, from a log-linear histogram (about 6% resolution).
+/// @brief p50/p90/p99 and max of a latency. The percentiles come from the cost ledger's histogram
+/// (cost::log_linear_histogram; nearest rank, within value/2048), so they equal a ledger's for the same
+/// latencies; max is exact.
 struct latency_summary {
   std::chrono::nanoseconds p50{0};
   std::chrono::nanoseconds p90{0};
