@@ -91,13 +91,15 @@ struct latency_record {
     if (v > max) max = v;
   }
 
-  latency_summary summary() const {
+  // The buckets are atomics, so this may run outside the lock that record() runs under; `max_seen` is
+  // `max` as read under that lock.
+  latency_summary summary(std::uint64_t max_seen) const {
     const cost::histogram_snapshot h = histogram.snapshot();
     auto ns = [](std::uint64_t v) { return std::chrono::nanoseconds(static_cast<std::int64_t>(v)); };
     return {.p50 = ns(h.value_at(0.50)),
             .p90 = ns(h.value_at(0.90)),
             .p99 = ns(h.value_at(0.99)),
-            .max = ns(max),
+            .max = ns(max_seen),
             .count = h.count};
   }
 };
