@@ -232,7 +232,7 @@ void bench_w8a8(int m, int n, int k, cudaStream_t st, fc::cublaslt_context& lt, 
   if (!lt_ok) std::printf("cuBLASLt int8 declines %dx%dx%d: %s\n", m, n, k, bs.str().c_str());
 
   row g{"w8a8 gemm",   m, n, k, {}, {}, double(a_b + b_b + c_b), 2.0 * m * n * k, int8_ops_per_s,
-        "LT int8->s32"};
+        "LT int8->i32"};
   g.ours = time_launches([&](int s, cudaStream_t t) { return static_cast<bool>(fc::run(args(s), t)); }, sets,
                          st, quick);
   if (lt_ok && ov.baseline)
@@ -251,7 +251,8 @@ void bench_w8a8(int m, int n, int k, cudaStream_t st, fc::cublaslt_context& lt, 
   add_row(e);
 }
 
-void bench_f16(int m, int n, int k, cudaStream_t st, fc::cublaslt_context& lt, bool quick, bool bf16 = false) {
+void bench_f16(int m, int n, int k, cudaStream_t st, fc::cublaslt_context& lt, bool quick,
+               bool bf16 = false) {
   const fc::dtype t = bf16 ? fc::dtype::bf16 : fc::dtype::f16;
   const std::size_t a_e = std::size_t(m) * k, b_e = std::size_t(n) * k, c_e = std::size_t(m) * n;
   const int sets = sets_for(2 * (a_e + b_e + c_e));
@@ -277,8 +278,16 @@ void bench_f16(int m, int n, int k, cudaStream_t st, fc::cublaslt_context& lt, b
   };
   fc::cublaslt_gemm_f16 base;
   const fc::status bs = base.initialize(lt, args(0));
-  row r{bf16 ? "bf16 gemm" : "f16 gemm", m, n, k, {}, {}, 2.0 * (a_e + b_e + c_e), 2.0 * m * n * k,
-        f16_ops_per_s, bf16 ? "LT bf16" : "LT f16"};
+  row r{bf16 ? "bf16 gemm" : "f16 gemm",
+        m,
+        n,
+        k,
+        {},
+        {},
+        2.0 * (a_e + b_e + c_e),
+        2.0 * m * n * k,
+        f16_ops_per_s,
+        bf16 ? "LT bf16" : "LT f16"};
   r.ours = time_launches([&](int s, cudaStream_t t) { return static_cast<bool>(fc::run(args(s), t)); }, sets,
                          st, quick);
   r.note += ov.tag;
@@ -454,7 +463,8 @@ int main(int argc, char** argv) {
               prop.name, prop.major, prop.minor, prop.multiProcessorCount, prop.l2CacheSize >> 20, driver,
               runtime, copy_bw * 1e-12);
   if (copy_bw > 0) hbm_bytes_per_s = copy_bw;
-  std::printf("copy roof: %.2f TB/s (1 GiB device-to-device, read + write bytes)\n\n", hbm_bytes_per_s * 1e-12);
+  std::printf("copy roof: %.2f TB/s (1 GiB device-to-device, read + write bytes)\n\n",
+              hbm_bytes_per_s * 1e-12);
   print_header(stdout);
   std::fflush(stdout);
 
@@ -493,7 +503,8 @@ int main(int argc, char** argv) {
     }
     std::printf("\nsweep (ours only)\n\n");
     print_table(stdout);
-    if (skipped_cases > 0) std::printf("\nSKIPPED %d cases: past the --budget-s %.0f s budget\n", skipped_cases, budget_s);
+    if (skipped_cases > 0)
+      std::printf("\nSKIPPED %d cases: past the --budget-s %.0f s budget\n", skipped_cases, budget_s);
     if (md) {
       if (FILE* f = std::fopen(md, "w")) {
         print_table(f);
@@ -511,7 +522,8 @@ int main(int argc, char** argv) {
   for (int m : {1, 16, 64}) guarded([&] { bench_f16(m, 8192, 8192, stream, lt, quick); });
   for (bool int4 : {false, true})
     for (int m : {1, 16, 64}) guarded([&] { bench_weight_only(int4, m, 8192, 8192, stream, lt, quick); });
-  for (bool int4 : {false, true}) guarded([&] { bench_weight_only(int4, 1, 4096, 14336, stream, lt, quick); });
+  for (bool int4 : {false, true})
+    guarded([&] { bench_weight_only(int4, 1, 4096, 14336, stream, lt, quick); });
   // Last: were the new kernel to fault, the sticky CUDA error would only lose these rows.
   if (prop.major == 9 && prop.minor == 0) {
     ov.tile = fc::gemm_tile::wgmma_sm90;
@@ -534,7 +546,8 @@ int main(int argc, char** argv) {
       std::fclose(f);
     }
   }
-  if (skipped_cases > 0) std::printf("\nSKIPPED %d cases: past the --budget-s %.0f s budget\n", skipped_cases, budget_s);
+  if (skipped_cases > 0)
+    std::printf("\nSKIPPED %d cases: past the --budget-s %.0f s budget\n", skipped_cases, budget_s);
   if (failed) std::printf("\nSOME LAUNCHES FAILED (see stderr)\n");
   return failed ? 1 : 0;
 }

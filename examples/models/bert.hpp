@@ -196,7 +196,7 @@ class linear {
       case precision::int8:
       case precision::int8_per_channel:
       case precision::int8_per_tensor:
-        device_layer_ = device->upload_int8(w8_.data, w8_.scales, bias_, n_, k_);
+        device_layer_ = device->upload_int8(w8_, bias_);
         break;
       case precision::fp16:
       case precision::bf16:

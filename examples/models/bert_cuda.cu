@@ -13,6 +13,7 @@
 
 #include "bert_cuda.hpp"
 #include "frugal/cuda/gemm.cuh"
+#include "frugal/cuda/weights.cuh"
 
 namespace bert {
 namespace {
@@ -50,16 +51,15 @@ class cuda_linear_device final : public linear_device {
 
   std::string name() const override { return name_; }
 
-  std::size_t upload_int8(std::span<const std::int8_t> w, std::span<const float> scales,
-                          std::span<const float> bias, std::size_t n, std::size_t k) override {
-    check_shape(w.size(), bias.size(), n, k, "upload_int8");
-    if (scales.size() != n)
-      throw std::invalid_argument("bert cuda: upload_int8: " + std::to_string(scales.size()) +
-                                  " scales for N = " + std::to_string(n));
+  std::size_t upload_int8(const frugal::quant::quantized_weights& w, std::span<const float> bias) override {
+    check_shape(w.data.size(), bias.size(), w.rows, w.cols, "upload_int8");
+    if (w.scales.size() != w.rows)
+      throw std::invalid_argument("bert cuda: upload_int8: " + std::to_string(w.scales.size()) +
+                                  " scales for N = " + std::to_string(w.rows));
     std::lock_guard lock(mutex_);
-    layer l = make_layer(n, k, bias, false, false);
-    l.w8 = upload(w, "int8 weights");
-    l.scales = upload(scales, "weight scales");
+    layer l = make_layer(w.rows, w.cols, {}, false, false);
+    check(fc::upload(w, bias, l.w8), "uploading int8 weights");
+    stats_.weight_bytes += l.w8.bytes();
     layers_.push_back(std::move(l));
     return layers_.size() - 1;
   }
@@ -90,17 +90,11 @@ class cuda_linear_device final : public linear_device {
           "activations upload");
     check(cudaMemcpyAsync(sa_.data(), scale_a.data(), t * sizeof(float), cudaMemcpyHostToDevice, *stream_),
           "activation scales upload");
-    fc::gemm_w8a8_arguments g{};
+    fc::gemm_w8a8_arguments g = l.w8.arguments;  // the weight half: b, ldb, scale_b, bias
     g.m = checked_int(t, "tokens");
-    g.n = static_cast<int>(l.n);
-    g.k = static_cast<int>(l.k);
     g.a = a8_.data();
     g.lda = g.k;
-    g.b = l.w8.data();
-    g.ldb = g.k;
     g.scale_a = sa_.data();
-    g.scale_b = l.scales.data();
-    g.bias = l.bias.size() ? l.bias.data() : nullptr;
     g.c = y_.data();
     g.ldc = g.n;
     g.c_type = fc::dtype::f32;
@@ -144,10 +138,9 @@ class cuda_linear_device final : public linear_device {
   struct layer {
     std::size_t n = 0, k = 0;
     bool sixteen = false, bf16 = false;
-    fc::device_buffer<std::int8_t> w8;
-    fc::device_buffer<float> scales;
+    fc::device_w8a8_weights w8;
     fc::device_buffer<std::uint16_t> w16;
-    fc::device_buffer<float> bias;
+    fc::device_buffer<float> bias;  // 16-bit layers; an int8 layer's bias is in w8
   };
 
   static std::string shape(std::size_t t, const layer& l) {

@@ -1,14 +1,16 @@
 #pragma once
 
 // Where the encoder's linear layers run. bert.hpp runs them on the CPU unless load_options.device names an
-// accelerator; this interface keeps bert.hpp free of CUDA (and the CUDA side free of Eigen): the encoder
-// hands over plain arrays, the device returns y = x W^T + b in fp32, and the activation stays on the host,
-// where the exact GELU (erf) lives.
+// accelerator; this interface keeps bert.hpp free of CUDA: the encoder hands over the host toolkit's int8
+// weights (frugal::cuda::upload turns them into device buffers) or plain 16-bit arrays, the device returns
+// y = x W^T + b in fp32, and the activation stays on the host, where the exact GELU (erf) lives.
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
+
+#include "frugal/quant/gemm.hpp"
 
 namespace bert {
 
@@ -21,10 +23,9 @@ class linear_device {
   /// @brief "cuda:0 (NVIDIA H200, sm_90)" or similar, for logs and reports.
   virtual std::string name() const = 0;
 
-  /// @brief Uploads W8A8 weights once: @p w is N x K int8 row-major with one symmetric scale per output
-  /// channel; @p bias has N entries (or is empty). Returns the layer's handle.
-  virtual std::size_t upload_int8(std::span<const std::int8_t> w, std::span<const float> scales,
-                                  std::span<const float> bias, std::size_t n, std::size_t k) = 0;
+  /// @brief Uploads W8A8 weights once: @p w (N x K int8, one symmetric scale per output channel) as the
+  /// host toolkit holds them; @p bias has N entries (or is empty). Returns the layer's handle.
+  virtual std::size_t upload_int8(const frugal::quant::quantized_weights& w, std::span<const float> bias) = 0;
 
   /// @brief Uploads 16-bit weights once (fp16, or bf16 when @p bf16), N x K row-major, with @p bias.
   virtual std::size_t upload_16bit(std::span<const std::uint16_t> w, bool bf16, std::span<const float> bias,

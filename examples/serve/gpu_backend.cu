@@ -19,7 +19,8 @@ void check(const fc::status& s, const char* what) {
   if (!s) throw std::runtime_error(std::string("gpu backend: ") + what + ": " + s.str());
 }
 void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw std::runtime_error(std::string("gpu backend: ") + what + ": " + cudaGetErrorString(e));
+  if (e != cudaSuccess)
+    throw std::runtime_error(std::string("gpu backend: ") + what + ": " + cudaGetErrorString(e));
 }
 
 class cuda_backend final : public gpu_backend {
@@ -61,21 +62,45 @@ class cuda_backend final : public gpu_backend {
     int cur = 0;
     for (std::size_t l = 0; l < layers_.size(); ++l) {
       const dev_layer& L = layers_[l];
-      const auto act = l + 1 == layers_.size() ? fc::activation::none : fc::activation::gelu;
+      const auto act = l + 1 == layers_.size() ? frugal::quant::activation_kind::none
+                                               : frugal::quant::activation_kind::gelu;
       half* in = act_[cur].data();
       half* out = act_[1 - cur].data();
       if (int8_) {
-        check(fc::run(fc::quantize_rows_arguments{.m = m, .k = L.in, .x = in, .ldx = L.in, .q = q_.data(),
-                                                  .ldq = L.in, .scale = qscale_.data()}),
+        check(fc::run(fc::quantize_rows_arguments{.m = m,
+                                                  .k = L.in,
+                                                  .x = in,
+                                                  .ldx = L.in,
+                                                  .q = q_.data(),
+                                                  .ldq = L.in,
+                                                  .scale = qscale_.data()}),
               "quantize_rows");
-        check(fc::run(fc::gemm_w8a8_arguments{.m = m, .n = L.out, .k = L.in, .a = q_.data(), .lda = L.in,
-                                              .b = L.w8.data(), .ldb = L.in, .scale_a = qscale_.data(),
-                                              .scale_b = L.scales.data(), .bias = L.bias.data(), .act = act,
-                                              .c = out, .ldc = L.out}),
+        check(fc::run(fc::gemm_w8a8_arguments{.m = m,
+                                              .n = L.out,
+                                              .k = L.in,
+                                              .a = q_.data(),
+                                              .lda = L.in,
+                                              .b = L.w8.data(),
+                                              .ldb = L.in,
+                                              .scale_a = qscale_.data(),
+                                              .scale_b = L.scales.data(),
+                                              .bias = L.bias.data(),
+                                              .act = act,
+                                              .c = out,
+                                              .ldc = L.out}),
               "gemm_w8a8");
       } else {
-        check(fc::run(fc::gemm_f16_arguments{.m = m, .n = L.out, .k = L.in, .a = in, .lda = L.in, .b = L.w16.data(),
-                                             .ldb = L.in, .bias = L.bias.data(), .act = act, .c = out, .ldc = L.out}),
+        check(fc::run(fc::gemm_f16_arguments{.m = m,
+                                             .n = L.out,
+                                             .k = L.in,
+                                             .a = in,
+                                             .lda = L.in,
+                                             .b = L.w16.data(),
+                                             .ldb = L.in,
+                                             .bias = L.bias.data(),
+                                             .act = act,
+                                             .c = out,
+                                             .ldc = L.out}),
               "gemm_f16");
       }
       cur = 1 - cur;
@@ -127,7 +152,8 @@ bool gpu_available(std::string& why) {
   return why.empty();
 }
 
-std::unique_ptr<gpu_backend> make_gpu_backend(bool int8, const std::vector<gpu_layer>& layers, std::string& why) {
+std::unique_ptr<gpu_backend> make_gpu_backend(bool int8, const std::vector<gpu_layer>& layers,
+                                              std::string& why) {
   if (!gpu_available(why)) return nullptr;
   try {
     return std::make_unique<cuda_backend>(int8, layers);

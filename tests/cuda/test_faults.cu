@@ -111,7 +111,7 @@ TEST_SUITE("faults-host") {
                                          .ldb = 64,
                                          .c = host_out,
                                          .ldc = 32,
-                                         .c_type = fc::dtype::s32};
+                                         .c_type = fc::dtype::i32};
       const fc::gemm_f16_arguments f16{
           .m = 16, .n = 32, .k = 64, .a = host8, .lda = 64, .b = host8, .ldb = 64, .c = host_out, .ldc = 32};
       const fc::gemm_w8a16_arguments w8a16{.m = 1,
@@ -207,7 +207,7 @@ struct w8a8_problem {
             .ldb = k,
             .c = c.data(),
             .ldc = n,
-            .c_type = fc::dtype::s32,
+            .c_type = fc::dtype::i32,
             .tile = tile};
   }
   // Poisons C, runs, and returns how many elements differ from the host (or -1 when run() failed).
@@ -372,8 +372,8 @@ TEST_CASE(
     a.a = p.a.data() + 1;
     refused(fc::run(a, stream), fc::status_code::misaligned_operand, "a must be 16-byte aligned");
     a = p.args();
-    a.c_type = fc::dtype::s8;
-    refused(fc::run(a, stream), fc::status_code::unsupported_type, "output type s8");
+    a.c_type = fc::dtype::i8;
+    refused(fc::run(a, stream), fc::status_code::unsupported_type, "output type i8");
     a = p.args();
     a.c_type = fc::dtype::f16;  // scales are required for a dequantised output
     refused(fc::run(a, stream), fc::status_code::invalid_pointer, "scale_a is null");
@@ -404,8 +404,8 @@ TEST_CASE(
     bad.ldb = k + 4;
     refused(fc::run(bad, stream), fc::status_code::misaligned_operand, "ldb (132) must be a multiple of 8");
     bad = a;
-    bad.ab_type = fc::dtype::s8;
-    refused(fc::run(bad, stream), fc::status_code::unsupported_type, "input type s8");
+    bad.ab_type = fc::dtype::i8;
+    refused(fc::run(bad, stream), fc::status_code::unsupported_type, "input type i8");
     c.fill_bytes(0xFF);
     const fc::status s = fc::run(a, stream);
     REQUIRE_MESSAGE(static_cast<bool>(s), s.str());

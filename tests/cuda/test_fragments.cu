@@ -150,7 +150,8 @@ int tn_conflicted_phases() {
         std::array<int, 32> addr{};
         for (int l = 0; l < 32; ++l) {
           const fk::tn_lane_roles ro = fk::tn_roles<Cfg>(warp, l);
-          addr[l] = b ? fk::swizzle(ro.b_row, ks * 2 + ro.b_chunk) : fk::swizzle(ro.a_row, ks * 2 + ro.a_chunk);
+          addr[l] =
+              b ? fk::swizzle(ro.b_row, ks * 2 + ro.b_chunk) : fk::swizzle(ro.a_row, ks * 2 + ro.a_chunk);
         }
         for (int j = 0; j < 4; ++j) {
           std::set<int> groups;
@@ -165,7 +166,8 @@ int tn_conflicted_phases() {
 std::uint32_t byte_perm(std::uint32_t x, std::uint32_t y, unsigned sel) {
   const std::uint64_t v = (static_cast<std::uint64_t>(y) << 32) | x;
   std::uint32_t r = 0;
-  for (int i = 0; i < 4; ++i) r |= static_cast<std::uint32_t>((v >> (8 * ((sel >> (4 * i)) & 7))) & 0xFF) << (8 * i);
+  for (int i = 0; i < 4; ++i)
+    r |= static_cast<std::uint32_t>((v >> (8 * ((sel >> (4 * i)) & 7))) & 0xFF) << (8 * i);
   return r;
 }
 float half_bits(std::uint16_t b) {
@@ -234,7 +236,8 @@ TEST_CASE("weight-only model: int4 nibble pairs and the PRMT pairing of activati
   for (int n = 0; n < 8; ++n)
     for (int j = 0; j < K / 2; ++j)
       packed[n][j] = static_cast<std::uint8_t>((Q[n][2 * j] & 0xF) | ((Q[n][2 * j + 1] & 0xF) << 4));
-  auto x_word = [&](int row, int k) {  // two consecutive activations as the kernel's 32-bit register holds them
+  auto x_word = [&](int row,
+                    int k) {  // two consecutive activations as the kernel's 32-bit register holds them
     return static_cast<std::uint32_t>(to_half_bits(X[row][k])) |
            (static_cast<std::uint32_t>(to_half_bits(X[row][k + 1])) << 16);
   };
@@ -258,7 +261,8 @@ TEST_CASE("weight-only model: int4 nibble pairs and the PRMT pairing of activati
         const int kx = k + 8 * wi + 2 * st;
         const std::uint32_t lo0 = x_word(gid, kx), hi0 = x_word(gid, kx + 4);
         const std::uint32_t lo1 = x_word(gid + 8, kx), hi1 = x_word(gid + 8, kx + 4);
-        a[l] = {halves(byte_perm(lo0, hi0, fk::prmt_low_halves)), halves(byte_perm(lo1, hi1, fk::prmt_low_halves)),
+        a[l] = {halves(byte_perm(lo0, hi0, fk::prmt_low_halves)),
+                halves(byte_perm(lo1, hi1, fk::prmt_low_halves)),
                 halves(byte_perm(lo0, hi0, fk::prmt_high_halves)),
                 halves(byte_perm(lo1, hi1, fk::prmt_high_halves))};
         b[l] = {bq[2 * st], bq[2 * st + 1]};
@@ -291,10 +295,12 @@ TEST_CASE("weight-only model: int8 lanes feed the mma the k slots their activati
     std::array<std::array<float, 2>, 2> b[32];
     for (int l = 0; l < 32; ++l) {
       const int gid = l >> 2, tig = l & 3;
-      const int k = cfg::lane_k_begin(0, tig) + 4 * wi;  // wr[wi]: 4 weights; xra[2wi], xra[2wi+1]: 4 activations
+      const int k =
+          cfg::lane_k_begin(0, tig) + 4 * wi;  // wr[wi]: 4 weights; xra[2wi], xra[2wi+1]: 4 activations
       b[l] = {std::array<float, 2>{float(W[gid][k]), float(W[gid][k + 1])},
               std::array<float, 2>{float(W[gid][k + 2]), float(W[gid][k + 3])}};
-      a[l] = {std::array<float, 2>{X[gid][k], X[gid][k + 1]}, std::array<float, 2>{X[gid + 8][k], X[gid + 8][k + 1]},
+      a[l] = {std::array<float, 2>{X[gid][k], X[gid][k + 1]},
+              std::array<float, 2>{X[gid + 8][k], X[gid + 8][k + 1]},
               std::array<float, 2>{X[gid][k + 2], X[gid][k + 3]},
               std::array<float, 2>{X[gid + 8][k + 2], X[gid + 8][k + 3]}};
     }
@@ -321,7 +327,8 @@ TEST_CASE("weight-only model: the fp16 magic numbers turn int8 and int4 codes in
     bad += v != static_cast<float>(w);
   }
   for (int q = -8; q < 8; ++q) {
-    const float v = half_bits(static_cast<std::uint16_t>((static_cast<std::uint32_t>(q) & 0xF) ^ (xt::magic_s4 & 0xFFFF)));
+    const float v = half_bits(
+        static_cast<std::uint16_t>((static_cast<std::uint32_t>(q) & 0xF) ^ (xt::magic_s4 & 0xFFFF)));
     bad += v - xt::bias_s4 != static_cast<float>(q);
   }
   for (int q = 0; q < 16; ++q)
@@ -340,7 +347,7 @@ __global__ void frugal_prep_kernel_b(fk::gemm_tn_params) {}
 }  // namespace
 
 TEST_CASE("prepared kernels: two kernels of one signature are prepared apart, each once per device") {
-  // Like the s8, f16 and bf16 kernels of one tile: one function-pointer type, two kernels.
+  // Like the i8, f16 and bf16 kernels of one tile: one function-pointer type, two kernels.
   static_assert(std::is_same_v<decltype(&frugal_prep_kernel_a), decltype(&frugal_prep_kernel_b)>);
   fc::detail::prepared_kernels reg;
   const void* ka = reinterpret_cast<const void*>(&frugal_prep_kernel_a);

@@ -134,7 +134,7 @@ TEST_CASE("gemm_w8a8: can_implement names each unsupported problem") {
   }
   SUBCASE("raw int32 output needs no scales") {
     auto a = w8a8();
-    a.c_type = fc::dtype::s32;
+    a.c_type = fc::dtype::i32;
     a.scale_a = a.scale_b = nullptr;
     CHECK(code(a) == fc::status_code::success);
   }
@@ -159,9 +159,9 @@ TEST_CASE("gemm_w8a8: can_implement names each unsupported problem") {
   }
   SUBCASE("unsupported output type") {
     auto a = w8a8();
-    a.c_type = fc::dtype::s8;
+    a.c_type = fc::dtype::i8;
     CHECK(code(a) == fc::status_code::unsupported_type);
-    CHECK(message(a).find("s8") != std::string::npos);
+    CHECK(message(a).find("i8") != std::string::npos);
   }
   SUBCASE("architecture") {
     CHECK(code(w8a8(), turing) == fc::status_code::unsupported_arch);
@@ -202,10 +202,10 @@ TEST_CASE("mma.sync GEMMs: small M or too few large tiles pick the 32x64 tile, u
 TEST_CASE("gemm_f16: can_implement checks types, K and alignment") {
   CHECK(code(f16()) == fc::status_code::success);
   auto a = f16();
-  a.ab_type = fc::dtype::s8;
+  a.ab_type = fc::dtype::i8;
   CHECK(code(a) == fc::status_code::unsupported_type);
   a = f16();
-  a.c_type = fc::dtype::s32;
+  a.c_type = fc::dtype::i32;
   CHECK(code(a) == fc::status_code::unsupported_type);
   a = f16();
   a.k = 60;
@@ -318,7 +318,7 @@ TEST_CASE("quantize_rows: can_implement checks types, K and the int8 output") {
   r.k = 12;
   CHECK(code(r) == fc::status_code::invalid_k);
   r = q;
-  r.x_type = fc::dtype::s8;
+  r.x_type = fc::dtype::i8;
   CHECK(code(r) == fc::status_code::unsupported_type);
   r = q;
   r.ldq = 60;
@@ -388,7 +388,7 @@ TEST_CASE("cublaslt baselines: can_implement refuses an output frugal's own chec
   a.ldc = 31;  // smaller than N
   CHECK(fc::cublaslt_gemm_w8a8::can_implement(a).code == fc::status_code::invalid_problem);
   a = w8a8();
-  a.c_type = fc::dtype::s8;
+  a.c_type = fc::dtype::i8;
   CHECK(fc::cublaslt_gemm_w8a8::can_implement(a).code == fc::status_code::unsupported_type);
   auto f = f16();
   f.c = out + 1;
@@ -424,7 +424,7 @@ TEST_CASE("dispatcher: the default table, and a forced backend wins when it can 
     f.m = 8;
     CHECK(fc::choose(f, ampere).chosen == backend::frugal);
     f.m = 4096;
-    f.act = fc::activation::gelu;  // an epilogue the baseline does not run
+    f.act = frugal::quant::activation_kind::gelu;  // an epilogue the baseline does not run
     CHECK(fc::choose(f, hopper).chosen == backend::frugal);
     CHECK(fc::choose(f, hopper, backend::cublaslt).chosen == backend::frugal);
   }
@@ -457,4 +457,30 @@ TEST_CASE("get_workspace_size: a failed device query is a status, not a silent 0
   CHECK_FALSE(s.message.empty());
   CHECK(bytes == 0u);
   CHECK(fc::get_workspace_size(a, hopper) > 0u);  // the device_info overload needs no device
+}
+
+TEST_CASE("can_implement: gelu_erf, the host's exact GELU, is refused by name on every GEMM and baseline") {
+  using frugal::quant::activation_kind;
+  const auto erf = activation_kind::gelu_erf;
+  auto w = w8a8();
+  w.act = erf;
+  CHECK(code(w) == fc::status_code::unsupported_activation);
+  CHECK(message(w).find("gelu_erf") != std::string::npos);
+  CHECK(fc::cublaslt_gemm_w8a8::can_implement(w).code == fc::status_code::unsupported_activation);
+  w.c_type = fc::dtype::i32;  // raw accumulators: the epilogue, and so the activation, is not run
+  CHECK(code(w) == fc::status_code::success);
+  auto f = f16();
+  f.act = erf;
+  CHECK(code(f) == fc::status_code::unsupported_activation);
+  auto w8 = w8a16();
+  w8.act = erf;
+  CHECK(code(w8) == fc::status_code::unsupported_activation);
+  auto w4 = w4a16();
+  w4.act = erf;
+  CHECK(code(w4) == fc::status_code::unsupported_activation);
+  for (const auto act : {activation_kind::none, activation_kind::relu, activation_kind::gelu}) {
+    auto ok = w8a8();
+    ok.act = act;
+    CHECK(code(ok) == fc::status_code::success);
+  }
 }

@@ -73,9 +73,9 @@ float to_float(__half h) { return __half2float(h); }
 float to_float(__nv_bfloat16 h) { return __bfloat162float(h); }
 
 double gelu(double x) { return 0.5 * x * (1.0 + std::tanh(0.7978845608028654 * (x + 0.044715 * x * x * x))); }
-double activate(double v, fc::activation a) {
-  if (a == fc::activation::relu) return v > 0 ? v : 0;
-  if (a == fc::activation::gelu) return gelu(v);
+double activate(double v, frugal::quant::activation_kind a) {
+  if (a == frugal::quant::activation_kind::relu) return v > 0 ? v : 0;
+  if (a == frugal::quant::activation_kind::gelu) return gelu(v);
   return v;
 }
 
@@ -161,7 +161,7 @@ TEST_CASE("gemm_w8a8: int32 accumulators are bit-exact against the host and cuBL
                                  .ldb = s.k,
                                  .c = dc.data(),
                                  .ldc = s.n,
-                                 .c_type = fc::dtype::s32};
+                                 .c_type = fc::dtype::i32};
     const fc::status st = fc::run(args);
     REQUIRE_MESSAGE(st, st.str());
     REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
@@ -211,17 +211,17 @@ TEST_CASE("gemm_w8a8: the fused epilogue matches the host within the output type
   struct epi_case {
     shape s;
     fc::dtype out;
-    fc::activation act;
+    frugal::quant::activation_kind act;
     bool bias, zero_point;
     int ldc_pad;
   };
   const epi_case cases[] = {
-      {{1, 8192, 1024}, fc::dtype::f16, fc::activation::none, false, false, 0},
-      {{7, 1000, 1008}, fc::dtype::bf16, fc::activation::relu, true, false, 8},
-      {{17, 520, 2048}, fc::dtype::f32, fc::activation::gelu, true, true, 3},
-      {{128, 264, 512}, fc::dtype::f16, fc::activation::gelu, true, true, 0},
-      {{1024, 1032, 2064}, fc::dtype::f16, fc::activation::relu, true, false, 8},
-      {{4096, 4096, 4096}, fc::dtype::bf16, fc::activation::none, true, true, 0},
+      {{1, 8192, 1024}, fc::dtype::f16, frugal::quant::activation_kind::none, false, false, 0},
+      {{7, 1000, 1008}, fc::dtype::bf16, frugal::quant::activation_kind::relu, true, false, 8},
+      {{17, 520, 2048}, fc::dtype::f32, frugal::quant::activation_kind::gelu, true, true, 3},
+      {{128, 264, 512}, fc::dtype::f16, frugal::quant::activation_kind::gelu, true, true, 0},
+      {{1024, 1032, 2064}, fc::dtype::f16, frugal::quant::activation_kind::relu, true, false, 8},
+      {{4096, 4096, 4096}, fc::dtype::bf16, frugal::quant::activation_kind::none, true, true, 0},
   };
   for (const epi_case& e : cases) {
     const shape s = e.s;
@@ -434,22 +434,23 @@ void check_f16_gemm(shape s, fc::dtype out, bool epilogue, fc::cublaslt_context&
   const std::size_t esz = fc::size_of(out);
   fc::device_buffer<unsigned char> dc(static_cast<std::size_t>(s.m) * s.n * esz);
   dc.fill_bytes(0xFF);
-  fc::gemm_f16_arguments args{.m = s.m,
-                              .n = s.n,
-                              .k = s.k,
-                              .ab_type = ab,
-                              .a = da.data(),
-                              .lda = s.k,
-                              .b = db.data(),
-                              .ldb = s.k,
-                              .alpha = epilogue ? 0.5f : 1.0f,
-                              .scale_a = epilogue ? dsa.data() : nullptr,
-                              .scale_b = epilogue ? dsb.data() : nullptr,
-                              .bias = epilogue ? dbias.data() : nullptr,
-                              .act = epilogue ? fc::activation::gelu : fc::activation::none,
-                              .c = dc.data(),
-                              .ldc = s.n,
-                              .c_type = out};
+  fc::gemm_f16_arguments args{
+      .m = s.m,
+      .n = s.n,
+      .k = s.k,
+      .ab_type = ab,
+      .a = da.data(),
+      .lda = s.k,
+      .b = db.data(),
+      .ldb = s.k,
+      .alpha = epilogue ? 0.5f : 1.0f,
+      .scale_a = epilogue ? dsa.data() : nullptr,
+      .scale_b = epilogue ? dsb.data() : nullptr,
+      .bias = epilogue ? dbias.data() : nullptr,
+      .act = epilogue ? frugal::quant::activation_kind::gelu : frugal::quant::activation_kind::none,
+      .c = dc.data(),
+      .ldc = s.n,
+      .c_type = out};
   args.tile = tile;
   const fc::status st = fc::run(args);
   REQUIRE_MESSAGE(st, st.str());
@@ -758,7 +759,7 @@ TEST_CASE("run: unsupported problems are statuses on a real device, never launch
                                .ldb = 64,
                                .c = c.data(),
                                .ldc = 64,
-                               .c_type = fc::dtype::s32};
+                               .c_type = fc::dtype::i32};
   CHECK(fc::run(args).code == fc::status_code::invalid_k);
   args.k = 64;
   args.a = a.data() + 4;
@@ -799,7 +800,7 @@ TEST_CASE("gemm sm_90a wgmma kernel: bit-exact with the mma.sync kernel, fp16/bf
                                  .ldb = s.k,
                                  .c = ref.data(),
                                  .ldc = s.n,
-                                 .c_type = fc::dtype::s32,
+                                 .c_type = fc::dtype::i32,
                                  .tile = fc::gemm_tile::large};
     REQUIRE(fc::run(args).str() == "success");
     args.c = got.data();

@@ -89,12 +89,11 @@ TEST_CASE("fp32 and int4 stay on the CPU; a bad layer is refused by name" * FRUG
     const auto e = bert::encoder::load(model_dir(), {.weights = bert::precision::fp32, .device = dev});
     CHECK(e.device() == nullptr);
   }
-  const std::vector<std::int8_t> w(10 * 24);
-  const std::vector<float> s(10);
-  CHECK_THROWS_WITH_AS(dev->upload_int8(w, s, {}, 10, 24), doctest::Contains("multiple of 16"),
-                       std::invalid_argument);
-  const std::vector<std::int8_t> w2(10 * 32);
-  const std::size_t id = dev->upload_int8(w2, s, {}, 10, 32);
+  const std::vector<float> s(10, 1.0f);
+  const auto w = frugal::quant::make_quantized_weights(std::vector<std::int8_t>(10 * 24), 10, 24, s);
+  CHECK_THROWS_WITH_AS(dev->upload_int8(w, {}), doctest::Contains("multiple of 16"), std::invalid_argument);
+  const auto w2 = frugal::quant::make_quantized_weights(std::vector<std::int8_t>(10 * 32), 10, 32, s);
+  const std::size_t id = dev->upload_int8(w2, {});
   std::vector<float> y(3 * 10);
   CHECK_THROWS_WITH_AS(dev->forward_int8(id, std::vector<std::int8_t>(2 * 32), std::vector<float>(3), 3, y),
                        doctest::Contains("need 96 inputs"), std::invalid_argument);

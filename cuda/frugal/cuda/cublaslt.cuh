@@ -36,9 +36,9 @@ inline cudaDataType_t to_cuda_type(dtype t) {
       return CUDA_R_16F;
     case dtype::bf16:
       return CUDA_R_16BF;
-    case dtype::s8:
+    case dtype::i8:
       return CUDA_R_8I;
-    case dtype::s32:
+    case dtype::i32:
       return CUDA_R_32I;
   }
   return CUDA_R_32F;
@@ -176,12 +176,11 @@ class cublaslt_gemm_f16 {
     if (a.c_type != a.ab_type && a.c_type != dtype::f32)
       return make_status(status_code::unsupported_type,
                          "cublaslt_gemm_f16: output must be f32 or the input type");
-    if (a.scale_a || a.scale_b || a.bias || a.act != activation::none)
+    if (a.scale_a || a.scale_b || a.bias || a.act != quant::activation_kind::none)
       return make_status(status_code::unsupported_type, "cublaslt_gemm_f16: the baseline runs no epilogue");
     if (a.m <= 0 || a.n <= 0 || a.k <= 0)
       return make_status(status_code::invalid_problem, "cublaslt_gemm_f16: M, N, K > 0");
-    if (!a.a || !a.b)
-      return make_status(status_code::invalid_pointer, "cublaslt_gemm_f16: null operand");
+    if (!a.a || !a.b) return make_status(status_code::invalid_pointer, "cublaslt_gemm_f16: null operand");
     return detail::check_output("cublaslt_gemm_f16", a.c, a.ldc, a.n, a.c_type);
   }
   /// @brief Chooses the algorithm for the shape and types of `a`.
@@ -211,16 +210,18 @@ class cublaslt_gemm_w8a8 {
     if (a.k % 4 || a.lda % 4 || a.ldb % 4)
       return make_status(status_code::misaligned_operand,
                          "cublaslt_gemm_w8a8: K, lda and ldb must be multiples of 4");
-    if (a.c_type != dtype::s32 && (!a.scale_a || !a.scale_b))
+    if (a.c_type != dtype::i32 && (!a.scale_a || !a.scale_b))
       return make_status(status_code::invalid_pointer, "cublaslt_gemm_w8a8: scales are null");
-    if (a.c_type != dtype::f32 && a.c_type != dtype::f16 && a.c_type != dtype::bf16 && a.c_type != dtype::s32)
-      return make_status(status_code::unsupported_type, "cublaslt_gemm_w8a8: output must be f32, f16, bf16 or s32");
+    if (a.c_type != dtype::i32) {
+      if (auto s = detail::check_activation("cublaslt_gemm_w8a8", a.act); !s) return s;
+    }
+    if (a.c_type != dtype::f32 && a.c_type != dtype::f16 && a.c_type != dtype::bf16 && a.c_type != dtype::i32)
+      return make_status(status_code::unsupported_type,
+                         "cublaslt_gemm_w8a8: output must be f32, f16, bf16 or i32");
     return detail::check_output("cublaslt_gemm_w8a8", a.c, a.ldc, a.n, a.c_type);
   }
   /// @brief The dequant pass's epilogue for `a`; pair stores are judged as frugal's kernels judge them.
-  static kernel::epilogue_params epilogue(const gemm_w8a8_arguments& a) {
-    return detail::w8a8_epilogue(a);
-  }
+  static kernel::epilogue_params epilogue(const gemm_w8a8_arguments& a) { return detail::w8a8_epilogue(a); }
   /// @brief Chooses the algorithm and allocates the int32 scratch (M × N rounded up to 4).
   status initialize(const cublaslt_context& ctx, const gemm_w8a8_arguments& a) {
     if (auto s = can_implement(a); !s) return s;
@@ -232,7 +233,7 @@ class cublaslt_gemm_w8a8 {
     } catch (const std::exception& e) {
       return make_status(status_code::cuda_error, e.what());
     }
-    return mm_.initialize(ctx, a.m, a.n, a.k, dtype::s8, a.lda, a.ldb, dtype::s32, ld_acc_,
+    return mm_.initialize(ctx, a.m, a.n, a.k, dtype::i8, a.lda, a.ldb, dtype::i32, ld_acc_,
                           CUBLAS_COMPUTE_32I, CUDA_R_32I);
   }
   /// @brief The int8 GEMM alone (int32 into the scratch), for timing it apart from the dequant.
@@ -244,7 +245,7 @@ class cublaslt_gemm_w8a8 {
     if (auto s = run_gemm(a, stream); !s) return s;
     if (auto s = can_implement(a); !s) return s;
     const kernel::epilogue_params ep = epilogue(a);
-    if (a.c_type == dtype::s32) {
+    if (a.c_type == dtype::i32) {
       return cuda_status(cudaMemcpy2DAsync(a.c, a.ldc * sizeof(std::int32_t), scratch_.data(),
                                            ld_acc_ * sizeof(std::int32_t), a.n * sizeof(std::int32_t), a.m,
                                            cudaMemcpyDeviceToDevice, stream),

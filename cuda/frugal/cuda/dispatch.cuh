@@ -1,8 +1,8 @@
 #pragma once
 
-// Picks our kernel or cuBLASLt per call. The default table is in choose().
-// Its thresholds were written down before any GPU run (benchmarks/RESULTS.md, section cuda); the first run's table
-// replaces them.
+// Picks our kernel or cuBLASLt per call. The default table is in choose(). No GPU run has measured its
+// thresholds yet: they are estimates written before any (benchmarks/RESULTS.md, section cuda), to be replaced
+// by the first run's table.
 #include <cuda_runtime.h>
 
 #include <cstdint>

@@ -13,16 +13,17 @@ namespace cuda {
 /// @brief Why an operation cannot run, or did not run; `success` when it did.
 enum class status_code {
   success,
-  invalid_problem,      ///< M, N or K out of range
-  invalid_pointer,      ///< a required pointer is null
-  misaligned_operand,   ///< a pointer or leading dimension breaks the kernel's vector width
-  invalid_k,            ///< K is not a multiple of what the kernel needs
-  unsupported_group,    ///< weight-only int4 group size not supported, or K not a multiple of it
-  unsupported_type,     ///< input or output element type not supported by this operation
-  unsupported_arch,     ///< the device's compute capability has no kernel here
-  workspace_too_small,  ///< split-K needs more workspace than was given
-  cuda_error,           ///< a CUDA runtime call or a launch failed
-  cublas_error,         ///< a cuBLASLt call failed or found no algorithm
+  invalid_problem,         ///< M, N or K out of range
+  invalid_pointer,         ///< a required pointer is null
+  misaligned_operand,      ///< a pointer or leading dimension breaks the kernel's vector width
+  invalid_k,               ///< K is not a multiple of what the kernel needs
+  unsupported_group,       ///< weight-only int4 group size not supported, or K not a multiple of it
+  unsupported_type,        ///< input or output element type not supported by this operation
+  unsupported_activation,  ///< an activation the device epilogue does not implement (gelu_erf)
+  unsupported_arch,        ///< the device's compute capability has no kernel here
+  workspace_too_small,     ///< split-K needs more workspace than was given
+  cuda_error,              ///< a CUDA runtime call or a launch failed
+  cublas_error,            ///< a cuBLASLt call failed or found no algorithm
 };
 
 /// @brief The name of a status code, e.g. "misaligned_operand".
@@ -42,6 +43,8 @@ inline const char* to_string(status_code c) noexcept {
       return "unsupported_group";
     case status_code::unsupported_type:
       return "unsupported_type";
+    case status_code::unsupported_activation:
+      return "unsupported_activation";
     case status_code::unsupported_arch:
       return "unsupported_arch";
     case status_code::workspace_too_small:

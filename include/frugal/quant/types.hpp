@@ -1,11 +1,13 @@
 #pragma once
 
-#include "frugal/quant/detail/eigen.hpp"
 #include <bit>
 #include <cstddef>
 #include <cstdint>
+#include "frugal/quant/detail/eigen.hpp"
 
 #include "frugal/config.hpp"
+#include "frugal/quant/activation.hpp"
+#include "frugal/quant/cpu.hpp"
 
 FRUGAL_BEGIN_NAMESPACE
 namespace quant {

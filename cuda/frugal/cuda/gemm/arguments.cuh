@@ -8,12 +8,14 @@
 #include <cstdint>
 
 #include "frugal/config.hpp"
+#include "frugal/quant/activation.hpp"
 
 FRUGAL_BEGIN_NAMESPACE
 namespace cuda {
 
-/// @brief Element types of operands and outputs.
-enum class dtype { f32, f16, bf16, s8, s32 };
+/// @brief Element types of operands and outputs, spelled as the host toolkit (quant::element_type) and
+/// safetensors spell them. Kernel names keep PTX's spelling (gemm_s8s8_s32_...), as the instructions do.
+enum class dtype { f32, f16, bf16, i8, i32 };
 
 inline const char* to_string(dtype t) noexcept {
   switch (t) {
@@ -23,10 +25,10 @@ inline const char* to_string(dtype t) noexcept {
       return "f16";
     case dtype::bf16:
       return "bf16";
-    case dtype::s8:
-      return "s8";
-    case dtype::s32:
-      return "s32";
+    case dtype::i8:
+      return "i8";
+    case dtype::i32:
+      return "i32";
   }
   return "?";
 }
@@ -39,16 +41,13 @@ inline std::size_t size_of(dtype t) noexcept {
       return 2;
     case dtype::bf16:
       return 2;
-    case dtype::s8:
+    case dtype::i8:
       return 1;
-    case dtype::s32:
+    case dtype::i32:
       return 4;
   }
   return 0;
 }
-
-/// @brief The activation applied after scale and bias; gelu is the tanh approximation.
-enum class activation { none, relu, gelu };
 
 /// @brief The kernel and tile of the TN GEMMs: mma.sync 128×128 (8 warps) or 32×64 (4 warps, for small M or
 /// too few large tiles to fill the SMs), or the sm_90a wgmma 128×128 kernel (opt-in until checked on a GPU).
@@ -57,7 +56,7 @@ enum class gemm_tile { automatic, large, small, wgmma_sm90 };
 
 /// @brief W8A8: C = act((acc - zero_a[m]*colsum_b[n]) * scale_a[m] * scale_b[n] + bias[n]), acc = sum_k
 /// A[m][k]*B[n][k] exact in int32. A is M×K row-major int8 (activations), B is N×K row-major int8 (weights,
-/// K-major). With `c_type == dtype::s32` the raw int32 accumulators are written and the epilogue fields are
+/// K-major). With `c_type == dtype::i32` the raw int32 accumulators are written and the epilogue fields are
 /// ignored.
 struct gemm_w8a8_arguments {
   int m = 0, n = 0, k = 0;
@@ -70,10 +69,10 @@ struct gemm_w8a8_arguments {
   const std::int32_t* zero_a = nullptr;    ///< optional [M] activation zero points (asymmetric A)
   const std::int32_t* colsum_b = nullptr;  ///< [N] sum_k B[n][k]; required with zero_a
   const float* bias = nullptr;             ///< optional [N]
-  activation act = activation::none;
+  quant::activation_kind act = quant::activation_kind::none;  ///< none, relu or gelu (tanh); not gelu_erf
   void* c = nullptr;
   int ldc = 0;                ///< elements
-  dtype c_type = dtype::f16;  ///< f32, f16, bf16 or s32
+  dtype c_type = dtype::f16;  ///< f32, f16, bf16 or i32
   gemm_tile tile = gemm_tile::automatic;
 };
 
@@ -90,7 +89,7 @@ struct gemm_f16_arguments {
   const float* scale_a = nullptr;
   const float* scale_b = nullptr;
   const float* bias = nullptr;
-  activation act = activation::none;
+  quant::activation_kind act = quant::activation_kind::none;  ///< none, relu or gelu (tanh); not gelu_erf
   void* c = nullptr;
   int ldc = 0;
   dtype c_type = dtype::f16;  ///< f32, f16 or bf16
@@ -105,10 +104,10 @@ struct gemm_w8a16_arguments {
   const void* x = nullptr;
   int ldx = 0;  ///< elements; multiple of 8
   const std::int8_t* w = nullptr;
-  int ldw = 0;                   ///< elements (bytes); multiple of 16
-  const float* scale = nullptr;  ///< [N]
-  const float* bias = nullptr;   ///< optional [N]
-  activation act = activation::none;
+  int ldw = 0;                                                ///< elements (bytes); multiple of 16
+  const float* scale = nullptr;                               ///< [N]
+  const float* bias = nullptr;                                ///< optional [N]
+  quant::activation_kind act = quant::activation_kind::none;  ///< none, relu or gelu (tanh); not gelu_erf
   void* c = nullptr;
   int ldc = 0;
   dtype c_type = dtype::f16;  ///< f32, or the same as x_type
@@ -133,7 +132,7 @@ struct gemm_w4a16_arguments {
   const __half* scale = nullptr;
   const std::uint8_t* zero_point = nullptr;  ///< optional: asymmetric weights
   const float* bias = nullptr;
-  activation act = activation::none;
+  quant::activation_kind act = quant::activation_kind::none;  ///< none, relu or gelu (tanh); not gelu_erf
   void* c = nullptr;
   int ldc = 0;
   dtype c_type = dtype::f16;
@@ -143,8 +142,8 @@ struct gemm_w4a16_arguments {
   std::size_t workspace_bytes = 0;
 };
 
-/// @brief quantize_rows stores 8 int8 per 8-byte vector: q must be aligned to this many bytes and ldq a multiple
-/// of it.
+/// @brief quantize_rows stores 8 int8 per 8-byte vector: q must be aligned to this many bytes and ldq a
+/// multiple of it.
 inline constexpr int quantize_rows_q_align = 8;
 
 /// @brief Dynamic per-token int8 quantization: scale[m] = max_k |X[m][k]| / 127 (0 for an all-zero row) and

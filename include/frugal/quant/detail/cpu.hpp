@@ -5,6 +5,7 @@
 #include <string>
 
 #include "frugal/config.hpp"
+#include "frugal/quant/cpu.hpp"
 
 // SIMD paths are compiled per function with target attributes, so one binary built without -march
 // runs on any x86-64 and picks its path at run time. Other architectures get the portable path only.
@@ -38,7 +39,7 @@
 #if defined(__CUDACC__) || !(defined(__GNUC__) || defined(__clang__))
 #  define FRUGAL_QUANT_UNROLL(n)
 #else
-#  define FRUGAL_QUANT_PRAGMA(x) _Pragma(#x)
+#  define FRUGAL_QUANT_PRAGMA(x) _Pragma(#  x)
 #  define FRUGAL_QUANT_UNROLL(n) FRUGAL_QUANT_PRAGMA(GCC unroll n)
 #endif
 #ifndef FRUGAL_QUANT_SIMD_BEGIN
@@ -48,14 +49,6 @@
 
 FRUGAL_BEGIN_NAMESPACE
 namespace quant {
-
-/// @brief The CPU features the quantization kernels can use, detected once with CPUID and XGETBV.
-struct cpu_features {
-  bool avx2 = false;         ///< AVX2 + FMA + F16C, with the OS saving YMM state
-  bool avx_vnni = false;     ///< AVX-VNNI (VEX-encoded vpdpbusd on YMM)
-  bool avx512 = false;       ///< AVX-512 F, BW, VL, DQ, with the OS saving ZMM state
-  bool avx512_vnni = false;  ///< AVX-512 VNNI
-};
 
 namespace detail {
 
@@ -90,28 +83,6 @@ inline cpu_features detect_cpu_features() noexcept {
 inline const cpu_features& host_cpu_features() noexcept {
   static const cpu_features f = detail::detect_cpu_features();
   return f;
-}
-
-/// @brief A SIMD code path; `automatic` picks the best one this CPU supports.
-enum class simd_path { automatic, portable, avx2, avx_vnni, avx512, avx512_vnni };
-
-/// @brief The name of a path, for messages and benchmark labels.
-inline constexpr const char* to_string(simd_path p) noexcept {
-  switch (p) {
-    case simd_path::automatic:
-      return "automatic";
-    case simd_path::portable:
-      return "portable";
-    case simd_path::avx2:
-      return "avx2";
-    case simd_path::avx_vnni:
-      return "avx_vnni";
-    case simd_path::avx512:
-      return "avx512";
-    case simd_path::avx512_vnni:
-      return "avx512_vnni";
-  }
-  return "?";
 }
 
 /// @brief Whether this CPU (and this build) can run path `p`.

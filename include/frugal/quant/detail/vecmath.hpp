@@ -4,20 +4,13 @@
 #include <cstddef>
 
 #include "frugal/config.hpp"
+#include "frugal/quant/activation.hpp"
 #include "frugal/quant/detail/cpu.hpp"
 #include "frugal/quant/detail/gelu.hpp"
 
 FRUGAL_QUANT_SIMD_BEGIN
 FRUGAL_BEGIN_NAMESPACE
 namespace quant {
-
-/// @brief The activation applied after the epilogue's scale and bias.
-enum class activation_kind {
-  none,
-  relu,
-  gelu,      ///< the tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
-  gelu_erf,  ///< exact GELU, 0.5 x (1 + erf(x / sqrt 2)), as BERT-family checkpoints use it
-};
 
 namespace detail {
 
@@ -107,8 +100,7 @@ FRUGAL_QUANT_TARGET_AVX2 inline __m256 exp_avx2(__m256 x) noexcept {
 
 FRUGAL_QUANT_TARGET_AVX2 inline __m256 gelu_erf_avx2(__m256 x) noexcept {
   const __m256 sign = _mm256_and_ps(x, _mm256_set1_ps(-0.0f));
-  const __m256 z =
-      _mm256_mul_ps(_mm256_andnot_ps(_mm256_set1_ps(-0.0f), x), _mm256_set1_ps(gelu_erf_scale));
+  const __m256 z = _mm256_mul_ps(_mm256_andnot_ps(_mm256_set1_ps(-0.0f), x), _mm256_set1_ps(gelu_erf_scale));
   const __m256 t = _mm256_div_ps(_mm256_set1_ps(1.0f),
                                  _mm256_fmadd_ps(_mm256_set1_ps(0.3275911f), z, _mm256_set1_ps(1.0f)));
   __m256 p = _mm256_set1_ps(1.061405429f);

@@ -40,6 +40,21 @@ inline bool pair_store_ok(const void* c, int ldc, dtype t) {
   return ldc % 2 == 0 && aligned(c, 2 * size_of(t));
 }
 
+/// @brief The device epilogue implements none, relu and gelu (tanh); the host toolkit's gelu_erf is refused
+/// here, by name, instead of running as the identity.
+inline status check_activation(const char* op, quant::activation_kind act) {
+  switch (act) {
+    case quant::activation_kind::none:
+    case quant::activation_kind::relu:
+    case quant::activation_kind::gelu:
+      return status::ok();
+    case quant::activation_kind::gelu_erf:
+      break;
+  }
+  return fail(status_code::unsupported_activation, op,
+              std::string("activation ") + quant::to_string(act) +
+                  " is not implemented on the GPU (none, relu and gelu, the tanh form, are)");
+}
 
 // The W8A8 dequant epilogue of `a`, one for frugal's kernels and the cuBLASLt baseline, so both store alike.
 inline kernel::epilogue_params w8a8_epilogue(const gemm_w8a8_arguments& a) {

@@ -2,6 +2,13 @@
 
 // Host side of every GEMM: can_implement() names precisely why a problem cannot run; run() launches and
 // checks every CUDA call, never aborting. The functions are overloaded on the arguments struct.
+//
+// Free functions, not CUTLASS's device::Gemm class: these GEMMs keep no per-problem state (what a launch
+// needs, the device facts and the per-kernel shared-memory opt-in, is cached per process and device), so an
+// object would only carry the arguments from initialize() to run(). The cuBLASLt baselines (cublaslt.cuh) are
+// classes because a cuBLASLt plan does own state: descriptors, the heuristic's algorithm and, for W8A8, the
+// int32 scratch. Both answer the same questions under the same names: can_implement, get_workspace_size
+// (frugal's; the baselines own their scratch) and run.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -179,9 +186,9 @@ inline gemm_tile selected_tile(const Args& a, const device_info& dev) {
 /// @brief Whether gemm_w8a8 can run `args` on a device like `dev`.
 inline status can_implement(const gemm_w8a8_arguments& a, const device_info& dev) {
   constexpr const char* op = "gemm_w8a8";
-  if (a.c_type != dtype::f32 && a.c_type != dtype::f16 && a.c_type != dtype::bf16 && a.c_type != dtype::s32)
+  if (a.c_type != dtype::f32 && a.c_type != dtype::f16 && a.c_type != dtype::bf16 && a.c_type != dtype::i32)
     return detail::fail(status_code::unsupported_type, op,
-                        std::string("output type ") + to_string(a.c_type) + " is not f32, f16, bf16 or s32");
+                        std::string("output type ") + to_string(a.c_type) + " is not f32, f16, bf16 or i32");
   if (auto s = detail::check_problem(op, a.m, a.n, a.k); !s) return s;
   if (a.k % 16 != 0)
     return detail::fail(status_code::invalid_k, op,
@@ -189,7 +196,8 @@ inline status can_implement(const gemm_w8a8_arguments& a, const device_info& dev
   if (auto s = detail::check_operand(op, "a", a.a, a.lda, a.k, 16); !s) return s;
   if (auto s = detail::check_operand(op, "b", a.b, a.ldb, a.k, 16); !s) return s;
   if (auto s = detail::check_output(op, a.c, a.ldc, a.n, a.c_type); !s) return s;
-  if (a.c_type != dtype::s32) {
+  if (a.c_type != dtype::i32) {
+    if (auto s = detail::check_activation(op, a.act); !s) return s;
     if (a.scale_a == nullptr) return detail::fail(status_code::invalid_pointer, op, "scale_a is null");
     if (a.scale_b == nullptr) return detail::fail(status_code::invalid_pointer, op, "scale_b is null");
     if (a.zero_a != nullptr && a.colsum_b == nullptr)
@@ -215,6 +223,7 @@ inline status can_implement(const gemm_f16_arguments& a, const device_info& dev)
   if (auto s = detail::check_operand(op, "a", a.a, a.lda, a.k, 8); !s) return s;
   if (auto s = detail::check_operand(op, "b", a.b, a.ldb, a.k, 8); !s) return s;
   if (auto s = detail::check_output(op, a.c, a.ldc, a.n, a.c_type); !s) return s;
+  if (auto s = detail::check_activation(op, a.act); !s) return s;
   if (auto s = detail::check_tile(op, a.tile, dev); !s) return s;
   return detail::check_arch(op, dev);
 }
@@ -234,7 +243,7 @@ inline status check_weight_only_common(const char* op, const Args& a) {
   if (a.block_n != 0 && a.block_n != 32 && a.block_n != 64)
     return fail(status_code::invalid_problem, op,
                 "block_n " + std::to_string(a.block_n) + " is not 32 or 64 (0 picks one)");
-  return status::ok();
+  return check_activation(op, a.act);
 }
 
 // 64 rows per block put 8 × 16 B per lane in flight; small N keeps 32 so that there are enough blocks.
@@ -286,7 +295,8 @@ status check_weight_only_tail(const char* op, const Args& a, const device_info& 
   const std::size_t need = get_workspace_size(a, dev);
   if (need > 0 && (a.workspace == nullptr || a.workspace_bytes < need))
     return fail(status_code::workspace_too_small, op,
-                "split-K needs " + std::to_string(need) + " bytes of workspace, got " + std::to_string(a.workspace_bytes));
+                "split-K needs " + std::to_string(need) + " bytes of workspace, got " +
+                    std::to_string(a.workspace_bytes));
   return status::ok();
 }
 }  // namespace detail
@@ -335,8 +345,9 @@ inline status can_implement(const quantize_rows_arguments& a, const device_info&
   if (a.q == nullptr) return detail::fail(status_code::invalid_pointer, op, "q is null");
   if (a.ldq < a.k || a.ldq % quantize_rows_q_align != 0 || !detail::aligned(a.q, quantize_rows_q_align))
     return detail::fail(status_code::misaligned_operand, op,
-                        "q must be " + std::to_string(quantize_rows_q_align) + "-byte aligned with ldq >= K and a multiple of " +
-            std::to_string(quantize_rows_q_align));
+                        "q must be " + std::to_string(quantize_rows_q_align) +
+                            "-byte aligned with ldq >= K and a multiple of " +
+                            std::to_string(quantize_rows_q_align));
   if (a.scale == nullptr) return detail::fail(status_code::invalid_pointer, op, "scale is null");
   return detail::check_arch(op, dev);
 }

@@ -1,7 +1,7 @@
 #pragma once
 
 // Which (kernel, device) pairs have had their one-time setup (image found, shared-memory limit raised). Keyed
-// on the kernel's own address: kernels of one signature (the s8, f16 and bf16 bodies of a tile, say) share a
+// on the kernel's own address: kernels of one signature (the i8, f16 and bf16 bodies of a tile, say) share a
 // function-pointer type, so a flag per type would let one kernel's setup stand in for another's.
 #include <cstddef>
 #include <mutex>

@@ -23,7 +23,7 @@ struct epilogue_params {
   const std::int32_t* colsum_b = nullptr;
   const float* bias = nullptr;
   float alpha = 1.0f;
-  activation act = activation::none;
+  quant::activation_kind act = quant::activation_kind::none;
   void* c = nullptr;
   int ldc = 0;
   dtype c_type = dtype::f16;
@@ -31,12 +31,14 @@ struct epilogue_params {
 };
 
 __device__ __forceinline__ float gelu_tanh(float x) {
-  return 0.5f * x * (1.0f + tanhf(quant::detail::gelu_tanh_scale * (x + quant::detail::gelu_tanh_cubic * x * x * x)));
+  return 0.5f * x *
+         (1.0f + tanhf(quant::detail::gelu_tanh_scale * (x + quant::detail::gelu_tanh_cubic * x * x * x)));
 }
 
-__device__ __forceinline__ float apply_activation(float v, activation act) {
-  if (act == activation::relu) return fmaxf(v, 0.0f);
-  if (act == activation::gelu) return gelu_tanh(v);
+// gelu_erf never reaches a kernel: detail::check_activation refuses it on the host.
+__device__ __forceinline__ float apply_activation(float v, quant::activation_kind act) {
+  if (act == quant::activation_kind::relu) return fmaxf(v, 0.0f);
+  if (act == quant::activation_kind::gelu) return gelu_tanh(v);
   return v;
 }
 

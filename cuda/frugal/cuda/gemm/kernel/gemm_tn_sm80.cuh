@@ -64,7 +64,9 @@ struct gemm_tn_params {
 
 // Shared-memory rows are 128 bytes (8 chunks of 16); chunk c of row r lives at c ^ (r & 7), so the 8 rows an
 // ldmatrix phase reads, and the 8 chunks a cp.async wave writes, fall in distinct bank groups.
-__host__ __device__ constexpr int swizzle(int row, int chunk) { return row * 128 + ((chunk ^ (row & 7)) << 4); }
+__host__ __device__ constexpr int swizzle(int row, int chunk) {
+  return row * 128 + ((chunk ^ (row & 7)) << 4);
+}
 
 // The index arithmetic of the kernel below, shared with the host test that models its data movement
 // (tests/cuda/test_fragments.cu), so that the two cannot drift apart.
@@ -194,7 +196,7 @@ __device__ __forceinline__ void gemm_tn_body(const gemm_tn_params& p) {
         if (m >= p.m) continue;
         const acc_t v0 = acc[i][j][2 * h], v1 = acc[i][j][2 * h + 1];
         if constexpr (std::is_same_v<acc_t, int>) {
-          if (p.ep.c_type == dtype::s32) {
+          if (p.ep.c_type == dtype::i32) {
             store_pair_s32(p.ep, m, n, p.n, v0, v1);
             continue;
           }
