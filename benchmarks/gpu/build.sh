@@ -3,6 +3,7 @@
 # that travels with the device command (carry ["build/gpu-carry"]):
 #   build/gpu-carry/bin/      the GPU test binaries and bench_gpu_gemm (sm_80 + sm_90a, Release)
 #   build/gpu-carry/doctest/  doctest.h, for run.sh's nvcc-only rebuild should a binary not start there
+#   build/gpu-carry/eigen3/   Eigen's headers, for the same rebuild (test_weights includes the host quant toolkit)
 #   build/gpu-carry/sass_counts.md   per-kernel counts of IMMA/HMMA/IGMMA/HGMMA/QGMMA and LDL/STL
 #   build/gpu-carry/commit.txt, needed.txt (each binary's NEEDED libraries: only the CUDA toolkit's and libc's)
 # libstdc++ and libgcc are linked statically, so a binary needs nothing of Debian's beyond glibc (2.36 here,
@@ -27,6 +28,8 @@ for t in "${targets[@]}"; do
   cp "$f" "$carry/bin/"
 done
 cp "$build/carry/doctest/doctest.h" "$carry/doctest/"
+rm -rf "$carry/eigen3"
+cp -r /usr/include/eigen3 "$carry/eigen3"
 git -C "$here" rev-parse HEAD >"$carry/commit.txt" 2>/dev/null || echo unknown >"$carry/commit.txt"
 git -C "$here" status --porcelain -- cuda tests/cuda benchmarks/gpu | grep -q . && echo "(with uncommitted changes)" >>"$carry/commit.txt" || true
 

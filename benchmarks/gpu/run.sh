@@ -71,7 +71,7 @@ if ((startable == 0)); then
   say "- carried binaries cannot start here (see logs/ldd.txt): rebuilding with $(command -v nvcc || echo 'no nvcc')"
   bins=$work/bin
   mkdir -p "$bins"
-  flags=(-std=c++20 -O2 -I"$here/include" -I"$here/cuda" -I"$here/tests/cuda" -I"$carry" -Xcompiler=-static-libstdc++
+  flags=(-std=c++20 -O2 -I"$here/include" -I"$here/cuda" -I"$here/tests/cuda" -I"$carry" -I"$carry/eigen3" -Xcompiler=-static-libstdc++
     -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90a,code=sm_90a --expt-relaxed-constexpr)
   srcs=(test_device test_fragments test_gemm_checks test_gemm_gpu test_faults test_weights)
   for i in "${!tests[@]}"; do
