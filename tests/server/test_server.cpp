@@ -514,7 +514,14 @@ TEST_CASE(
   std::string m = c.Get("/metrics")->body;
   CHECK(metric(m, "frugal_pool_idle_unloads_total{model=\"minilm-fp32\"}") == 1);
   CHECK(metric(m, "frugal_pool_used_bytes") == int8["bytes"].get<double>());
-  CHECK(metric(m, "frugal_model_unloads_total{device=\"cpu0\",gpu_class=\"cpu\"}") == 1);  // the ledger's
+  // The ledger records the unload after the model is destroyed, outside the pool's lock: it may trail the
+  // state the model list shows, so wait for it (bounded).
+  const std::string unloads = "frugal_model_unloads_total{device=\"cpu0\",gpu_class=\"cpu\"}";
+  for (int i = 0; i < 200 && metric(m, unloads) != 1; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    m = c.Get("/metrics")->body;
+  }
+  CHECK(metric(m, unloads) == 1);
 
   // A new request loads it again, and the reloaded model gives the encoder's answer.
   r = c.Post("/v1/embeddings", body(std::string("A third sentence."), "minilm-fp32"), "application/json");
