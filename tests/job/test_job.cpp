@@ -6,6 +6,7 @@
 #include <frugal/job.hpp>
 #include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "test_util.hpp"
@@ -284,6 +285,36 @@ TEST_CASE(
   CHECK(r.run() == job::outcome::completed);
   CHECK(r.stats().batches == 10);
   CHECK(r.stats().checkpoints == 5 + 1);  // after batches 2, 4, 6, 8, 10, and the final one
+}
+
+TEST_CASE(
+    "job runner: records go through the batcher's worker in full batches of batch_size, the last one short") {
+  temp_dir d;
+  job_test::spit(d / "in.jsonl", corpus(5) + "{oops\n\n" +
+                                     R"({"id":"x","x":9})"
+                                     "\n" +
+                                     corpus(5));
+  std::vector<std::size_t> sizes;
+  std::vector<std::thread::id> threads;
+  job::runner r(opts(d, 4, 4), [&](std::span<const job::record> b) {
+    sizes.push_back(b.size());
+    threads.push_back(std::this_thread::get_id());
+    return doubler(b);
+  });
+  CHECK(r.run() == job::outcome::completed);
+  CHECK(sizes == std::vector<std::size_t>{4, 4, 3});
+  for (const auto& t : threads) CHECK(t != std::this_thread::get_id());
+  CHECK(r.stats().batches == 3);
+  CHECK(r.stats().records_done == 11);
+  CHECK(r.stats().bad_records == 1);
+  CHECK(r.stats().checkpoints == 2 + 1);
+  const std::string out = job_test::slurp(d / "out.jsonl");
+  CHECK(out.find(R"({"id":"r4","result":8})"
+                 "\n"
+                 R"({"id":"x","result":18})"
+                 "\n"
+                 R"({"id":"r0","result":0})") != std::string::npos);
+  CHECK(job_test::slurp(d / "out.jsonl.errors").find(R"({"line":6,)") == 0);
 }
 
 TEST_CASE("job runner: invalid options are refused at construction, and a second run() on one runner") {

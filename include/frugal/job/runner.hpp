@@ -1,10 +1,16 @@
 #pragma once
 
-// The job runner. Records are read in order, grouped into batches of options.batch_size and handed to the
-// user's batch function; results are appended to the output in input order. It calls the function on
-// chunks directly rather than through frugal::batcher: an offline job has every record in hand, so the
-// batcher's time window adds only latency, and chunking here keeps each batch's boundary, and therefore each
-// checkpoint's input offset, exact.
+// The job runner, on the online server's path. The runner reads records in order and submits them to a
+// frugal::batcher, keeping at most two batches' worth of records not yet written; one worker pulls batches
+// with next_batch(), calls the user's batch function and fulfills them, as a server's model loop does; the
+// runner appends results to the output in input order as their batches complete. The batcher's max_batch is
+// options.batch_size and its window is unbounded (nanoseconds::max()): a batch is cut when batch_size
+// records are queued, or when close() at the end of the input releases the short last one. Window 0 would be
+// greedy, so the worker would take whatever the reader had submitted so far and run partial batches; an
+// offline job always has its next record in hand, so waiting for a full batch costs nothing, and batch
+// sizes, checkpoint positions and the ledger come out the same from run to run. The one worker gets batches
+// in submit order, so the runner knows where each ends: checkpoints fall after whole batches, and each covers
+// a prefix of the input whose results are all in the output.
 
 #include <fcntl.h>
 #include <signal.h>
@@ -17,6 +23,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <deque>
 #include <exception>
 #include <functional>
 #include <memory>
@@ -30,6 +37,7 @@
 #include <utility>
 #include <vector>
 
+#include "frugal/batcher.hpp"
 #include "frugal/config.hpp"
 #include "frugal/job/checkpoint.hpp"
 #include "frugal/job/error.hpp"
@@ -70,7 +78,8 @@ struct record {
   std::uint64_t line = 0;  ///< 1-based line number in the input
 };
 
-/// @brief The user's model: one result per record, in the same order. It runs on a thread of the runner's.
+/// @brief The user's model: one result per record, in the same order. It runs on the batcher's worker
+/// thread, one batch at a time.
 using batch_function = std::function<std::vector<nlohmann::json>(std::span<const record>)>;
 
 struct options {
@@ -80,6 +89,8 @@ struct options {
   std::string output{};          ///< JSON lines {"id": ..., "result": ...}, in input order
   std::string checkpoint_dir{};  ///< created if missing (one level)
   std::string errors{};          ///< JSON lines {"line", "reason", "text"}; empty: output + ".errors"
+  /// The batcher's max_batch: every batch of a run holds this many records but the last, which holds the
+  /// rest.
   std::size_t batch_size = 32;
   /// A checkpoint after the batch that brings the records since the last one to this many; 0: no record
   /// rule. Each costs three fsyncs and a rename: lower it where preemptions are frequent and batches slow.
@@ -218,8 +229,8 @@ inline void make_dir(const std::string& dir) {
 /// @brief Runs one job to completion or preemption. Output is exactly once and in input order across any
 /// number of crashes: a resume truncates the output to the checkpoint's size and reads on from its offset.
 /// Without a checkpoint the output and errors files are started afresh. Ids are carried to the output, not
-/// deduplicated. The batch function runs on a thread of the runner's, so the wait for it can watch the
-/// preemption deadline.
+/// deduplicated. The batch function runs on the batcher's worker thread, one batch at a time, so the
+/// runner's thread can watch the preemption deadline while it runs.
 template <class Clock = std::chrono::steady_clock>
 class basic_runner {
  public:
@@ -268,23 +279,33 @@ class basic_runner {
     detail::line_reader reader(in);
     reader.offset = state_.input_offset;
     reader.line_no = state_.input_line;
+    collected_offset_ = state_.input_offset;
+    collected_line_ = state_.input_line;
     last_checkpoint_ = clock_.now();
 
+    pipeline p(*this, {.window = std::chrono::nanoseconds::max(), .max_batch = o_.batch_size});
+    // One batch running and the next one queued, so the worker never waits for the reader.
+    const std::uint64_t max_in_flight = 2 * static_cast<std::uint64_t>(o_.batch_size);
     std::string line;
+    bool eof = false;
     for (;;) {
-      if (stop_requested()) {
-        flush(reader);
-        checkpoint_now(false);
-        return outcome::preempted;
+      if (stop_requested()) return stop(p.queue);
+      collect();
+      if (!eof && submitted_ - collected_ < max_in_flight) {
+        if (reader.next(line)) {
+          take(line, reader, p.queue);
+        } else {
+          eof = true;
+          p.queue.close(drain::yes);
+        }
+        continue;
       }
-      if (!reader.next(line)) break;
-      take(line, reader);
-      if (pending_.size() >= o_.batch_size) {
-        flush(reader);
-        maybe_checkpoint();
-      }
+      if (eof && slots_.empty()) break;
+      wait_for_worker();
     }
-    flush(reader);
+    collected_offset_ = reader.offset;  // blank lines at the end are covered too
+    collected_line_ = reader.line_no;
+    commit();
     checkpoint_now(true);
     return outcome::completed;
   }
@@ -299,6 +320,38 @@ class basic_runner {
   }
 
  private:
+  using time_point = typename Clock::time_point;
+  using queue_type = batcher<record, nlohmann::json>;
+
+  // One input line that gives output: a record submitted to the batcher, or a bad record's errors line.
+  struct slot {
+    bool is_record = false;
+    std::uint64_t seq = 0;  // a record's submit order
+    nlohmann::json id;
+    nlohmann::json result;  // written by the batcher's callback on the worker, read once its batch is done
+    std::string error_line;
+    std::uint64_t end_offset = 0, end_line = 0;  // the input consumed through this line
+  };
+  struct batch_end {
+    std::uint64_t records;  // records done once this batch is: its last one's seq + 1
+    time_point at;
+  };
+
+  // The batcher and its one worker. On the way out (an exception included) it fails what is queued and
+  // joins the worker, which at most finishes the batch it is running.
+  struct pipeline {
+    queue_type queue;
+    std::thread worker;
+    pipeline(basic_runner& r, batcher_options o)
+        : queue(std::move(o)), worker([&r, this] { r.work(queue); }) {}
+    pipeline(const pipeline&) = delete;
+    pipeline& operator=(const pipeline&) = delete;
+    ~pipeline() {
+      queue.close(drain::no);
+      worker.join();
+    }
+  };
+
   int stop_count() const noexcept {
     return detail::signal_count().load(std::memory_order_relaxed) - signal_base_ +
            requested_.load(std::memory_order_relaxed);
@@ -338,7 +391,8 @@ class basic_runner {
     });
   }
 
-  void take(const std::string& line, const detail::line_reader& reader) {
+  // Parses one line: a record goes to the batcher, a malformed one to the queue of lines awaiting output.
+  void take(const std::string& line, const detail::line_reader& reader, queue_type& q) {
     if (line.find_first_not_of(" \t") == std::string::npos) return;
     std::string reason;
     nlohmann::json j;
@@ -353,106 +407,171 @@ class basic_runner {
     } catch (const nlohmann::json::parse_error& e) {
       reason = e.what();
     }
+    if (!reason.empty() && o_.stop_on_bad_record)
+      throw error(errc::bad_record, o_.input + ":" + std::to_string(reader.line_no) + ": " + reason);
+    slot& s = slots_.emplace_back();
+    s.end_offset = reader.offset;
+    s.end_line = reader.line_no;
     if (!reason.empty()) {
-      if (o_.stop_on_bad_record)
-        throw error(errc::bad_record, o_.input + ":" + std::to_string(reader.line_no) + ": " + reason);
-      pending_errors_ +=
+      s.error_line =
           detail::dump_line({{"line", reader.line_no}, {"reason", reason}, {"text", line.substr(0, 256)}});
-      ++pending_bad_;
       return;
     }
+    s.is_record = true;
+    s.seq = submitted_++;
+    s.id = j["id"];
     record r;
-    r.id = j["id"];
+    r.id = s.id;
     r.request = std::move(j);
     r.line = reader.line_no;
-    pending_.push_back(std::move(r));
+    // A failed request (closed or abandoned at a stop, or its batch failed) leaves no result; the runner
+    // never writes it, since its batch is never reported done.
+    q.submit(std::move(r), [result = &s.result](auto&& o) {
+      if (o) *result = std::move(*o);
+    });
   }
 
-  // Runs the pending batch and appends its results; the state then covers everything the reader consumed.
-  void flush(const detail::line_reader& reader) {
-    std::vector<nlohmann::json> results;
-    if (!pending_.empty()) results = run_batch();
-    std::string text;
-    for (std::size_t i = 0; i < pending_.size(); ++i)
-      text += detail::dump_line({{"id", pending_[i].id}, {"result", std::move(results[i])}});
-    out_dirty_ |= !text.empty();
-    err_dirty_ |= !pending_errors_.empty();
-    out_.write_all(text, &fault_);
-    err_.write_all(pending_errors_, &fault_);
-    state_.output_size += text.size();
-    state_.errors_size += pending_errors_.size();
-    state_.records_done += pending_.size();
-    state_.bad_records += pending_bad_;
-    state_.input_offset = reader.offset;
-    state_.input_line = reader.line_no;
-    since_checkpoint_ += pending_.size();
-    const std::uint64_t n = pending_.size(), bad = pending_bad_;
+  // The worker: a server's model loop (next_batch, the model, fulfill) with the job's batch function. It
+  // reports each batch's end in order; after a stop request it runs no further batch.
+  void work(queue_type& q) {
+    std::string failure;
+    try {
+      while (auto b = q.next_batch()) {
+        if (stop_count() > 0) break;
+        const std::span<const record> recs(b->requests());
+        std::vector<nlohmann::json> results;
+        try {
+          results = fn_(recs);
+        } catch (const std::exception& e) {
+          failure = failed_on(recs, e.what());
+        } catch (...) {
+          failure = failed_on(recs, "unknown exception");
+        }
+        if (failure.empty() && results.size() != recs.size())
+          failure = "the batch function returned " + std::to_string(results.size()) + " results for " +
+                    std::to_string(recs.size()) + " records";
+        if (!failure.empty()) break;
+        const time_point at = clock_.now();
+        const std::size_t n = b->size();
+        b->fulfill(std::move(results));
+        {
+          std::lock_guard lk(mu_);
+          completed_ += n;
+          ends_.push_back({completed_, at});
+        }
+        cv_.notify_one();
+      }
+    } catch (const std::exception& e) {
+      failure = std::string("the batch worker failed: ") + e.what();
+    }
+    {
+      std::lock_guard lk(mu_);
+      if (!failure.empty()) failure_ = std::move(failure);
+      worker_done_ = true;
+    }
+    cv_.notify_one();
+  }
+
+  static std::string failed_on(std::span<const record> recs, const char* what) {
+    return "the batch function failed on the batch from line " + std::to_string(recs.front().line) + ": " +
+           what;
+  }
+
+  void wait_for_worker() {
+    std::unique_lock lk(mu_);
+    cv_.wait_for(lk, std::chrono::milliseconds(5),
+                 [&] { return completed_ != collected_ || failure_ || worker_done_; });
+  }
+
+  // Takes the finished prefix of the lines read: each record's result once its batch is done, and the bad
+  // records between them. At each batch's end the text is appended to the files and a checkpoint may
+  // follow. A failed batch throws once everything before it is collected.
+  void collect() {
+    std::uint64_t completed;
+    std::optional<std::string> failure;
+    {
+      std::lock_guard lk(mu_);
+      completed = completed_;
+      failure = failure_;
+      while (!ends_.empty()) {
+        ends_seen_.push_back(ends_.front());
+        ends_.pop_front();
+      }
+    }
+    while (!slots_.empty()) {
+      slot& s = slots_.front();
+      if (s.is_record) {
+        if (s.seq >= completed) break;
+        out_text_ += detail::dump_line({{"id", std::move(s.id)}, {"result", std::move(s.result)}});
+        ++collected_;
+        ++text_records_;
+      } else {
+        err_text_ += s.error_line;
+        ++text_bad_;
+      }
+      collected_offset_ = s.end_offset;
+      collected_line_ = s.end_line;
+      const bool batch_done = s.is_record && !ends_seen_.empty() && ends_seen_.front().records == s.seq + 1;
+      slots_.pop_front();
+      if (!batch_done) continue;
+      const time_point at = ends_seen_.front().at;
+      ends_seen_.pop_front();
+      commit();
+      update([](job::stats& st) { ++st.batches; });
+      maybe_checkpoint(at);
+    }
+    if (failure) throw error(errc::batch_failed, *failure);
+  }
+
+  // Appends the collected text; the state then covers the input through the last line collected.
+  void commit() {
+    out_dirty_ |= !out_text_.empty();
+    err_dirty_ |= !err_text_.empty();
+    out_.write_all(out_text_, &fault_);
+    err_.write_all(err_text_, &fault_);
+    state_.output_size += out_text_.size();
+    state_.errors_size += err_text_.size();
+    state_.records_done += text_records_;
+    state_.bad_records += text_bad_;
+    state_.input_offset = collected_offset_;
+    state_.input_line = collected_line_;
+    since_checkpoint_ += text_records_;
+    const std::uint64_t n = text_records_, bad = text_bad_;
     update([&](job::stats& s) {
       s.records_done += n;
       s.records_this_run += n;
       s.bad_records += bad;
-      s.batches += n > 0;
     });
-    pending_.clear();
-    pending_errors_.clear();
-    pending_bad_ = 0;
+    out_text_.clear();
+    err_text_.clear();
+    text_records_ = text_bad_ = 0;
   }
 
-  std::vector<nlohmann::json> run_batch() {
-    struct shared {
-      std::mutex mu;
-      std::condition_variable cv;
-      bool done = false;
-      std::vector<nlohmann::json> results;
-      std::exception_ptr failure;
-    };
-    auto sh = std::make_shared<shared>();
-    std::thread worker([sh, fn = &fn_, recs = std::span<const record>(pending_)] {
-      std::vector<nlohmann::json> r;
-      std::exception_ptr ex;
-      try {
-        r = (*fn)(recs);
-      } catch (...) {
-        ex = std::current_exception();
+  // Stops taking records: those queued and not yet in a batch fail with closed, and the batch in flight may
+  // finish within the deadline. The checkpoint covers what is collected.
+  outcome stop(queue_type& q) {
+    q.close(drain::no);
+    for (;;) {
+      collect();
+      {
+        std::lock_guard lk(mu_);
+        if (worker_done_) break;
       }
-      std::lock_guard lk(sh->mu);
-      sh->results = std::move(r);
-      sh->failure = ex;
-      sh->done = true;
-      sh->cv.notify_all();
-    });
-    {
-      std::unique_lock lk(sh->mu);
-      while (!sh->cv.wait_for(lk, std::chrono::milliseconds(5), [&] { return sh->done; })) {
-        if (!stop_requested()) continue;
-        if (stop_count() >= 2 || clock_.now() >= *deadline_) {
-          lk.unlock();
-          abandon();
-        }
-      }
+      stop_requested();
+      if (stop_count() >= 2 || clock_.now() >= *deadline_) abandon();
+      wait_for_worker();
     }
-    worker.join();
-    if (sh->failure) {
-      std::string what = "unknown exception";
-      try {
-        std::rethrow_exception(sh->failure);
-      } catch (const std::exception& e) {
-        what = e.what();
-      } catch (...) {
-      }
-      throw error(errc::batch_failed, "the batch function failed on the batch from line " +
-                                          std::to_string(pending_.front().line) + ": " + what);
-    }
-    if (sh->results.size() != pending_.size())
-      throw error(errc::batch_failed, "the batch function returned " + std::to_string(sh->results.size()) +
-                                          " results for " + std::to_string(pending_.size()) + " records");
-    return std::move(sh->results);
+    collect();
+    commit();
+    checkpoint_now(false);
+    return outcome::preempted;
   }
 
   // The in-flight batch cannot be cancelled from outside, so what is done is checkpointed and the process
   // ends without unwinding past the thread still running it.
   [[noreturn]] void abandon() {
     try {
+      commit();
       checkpoint_now(false);
     } catch (const std::exception& e) {
       std::fprintf(stderr, "%s\n", e.what());
@@ -465,15 +584,17 @@ class basic_runner {
     std::_Exit(exit_preempted);
   }
 
-  void maybe_checkpoint() {
+  // `at` is when the batch just collected ended, so the time rule does not depend on how far the reader lags.
+  void maybe_checkpoint(time_point at) {
     const bool by_records = o_.checkpoint_every_records && since_checkpoint_ >= o_.checkpoint_every_records;
-    const bool by_time =
-        o_.checkpoint_every.count() > 0 && clock_.now() - last_checkpoint_ >= o_.checkpoint_every;
-    if (by_records || by_time) checkpoint_now(false);
+    const bool by_time = o_.checkpoint_every.count() > 0 && at - last_checkpoint_ >= o_.checkpoint_every;
+    if (by_records || by_time) checkpoint_now(false, at);
   }
 
+  void checkpoint_now(bool done) { checkpoint_now(done, clock_.now()); }
+
   // Each fsync costs a device flush (4 ms on a cloud VM's disk even when clean), so clean files are skipped.
-  void checkpoint_now(bool done) {
+  void checkpoint_now(bool done, time_point at) {
     if (out_dirty_) out_.sync();
     if (err_dirty_) err_.sync();
     out_dirty_ = err_dirty_ = false;
@@ -486,7 +607,7 @@ class basic_runner {
     c.done = done;
     write_checkpoint(o_.checkpoint_dir, c, &fault_);
     since_checkpoint_ = 0;
-    last_checkpoint_ = clock_.now();
+    last_checkpoint_ = at;
     update([](job::stats& s) { ++s.checkpoints; });
   }
 
@@ -496,17 +617,28 @@ class basic_runner {
   detail::write_fault fault_;
   detail::file out_, err_;
   checkpoint state_;
-  std::vector<record> pending_;
-  std::string pending_errors_;
-  std::uint64_t pending_bad_ = 0;
+  // The runner's thread alone, but for the results the callbacks write into slots it has not collected.
+  std::deque<slot> slots_;
+  std::deque<batch_end> ends_seen_;
+  std::uint64_t submitted_ = 0, collected_ = 0;
+  std::string out_text_, err_text_;
+  std::uint64_t text_records_ = 0, text_bad_ = 0;
+  std::uint64_t collected_offset_ = 0, collected_line_ = 0;
   std::uint64_t since_checkpoint_ = 0;
-  typename Clock::time_point last_checkpoint_{};
-  std::optional<typename Clock::time_point> deadline_;
+  time_point last_checkpoint_{};
+  std::optional<time_point> deadline_;
   bool dirs_synced_ = false;
   bool out_dirty_ = true, err_dirty_ = true;  // true: a resume's truncation must reach the disk too
   bool ran_ = false;
   int signal_base_ = 0;
   std::atomic<int> requested_{0};
+  // Shared with the worker.
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::uint64_t completed_ = 0;  // records in the batches done, in submit order
+  std::deque<batch_end> ends_;
+  std::optional<std::string> failure_;
+  bool worker_done_ = false;
   mutable std::mutex stats_mu_;
   job::stats stats_;
 };
