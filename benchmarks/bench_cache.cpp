@@ -247,7 +247,9 @@ void BM_xxh3_128_raw(benchmark::State& state) {
 }  // namespace
 
 // The concurrent benchmarks run at 1 and 2 threads, timed by the wall clock.
-static void one_and_two_threads(benchmark::internal::Benchmark* b) { b->Threads(1)->Threads(2)->UseRealTime(); }
+static void one_and_two_threads(benchmark::internal::Benchmark* b) {
+  b->Threads(1)->Threads(2)->UseRealTime();
+}
 
 BENCHMARK(BM_hit<frugal_lru>)->Name("hit/frugal_lru")->Arg(10'000)->Arg(1'000'000);
 BENCHMARK(BM_hit<frugal_lru, read_with::visit>)->Name("hit/frugal_lru_visit")->Arg(10'000)->Arg(1'000'000);

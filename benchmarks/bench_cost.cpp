@@ -119,9 +119,12 @@ BENCHMARK(BM_record_cache_hit_frugal)->Threads(1)->Threads(2)->UseRealTime();
 void fill_10k(fc::ledger<>& l) {
   const fc::tag_id t[] = {l.tag("chat"), l.tag("search")};
   for (std::uint32_t i = 0; i < 2500; ++i)
-    l.record_batch({.tag = t[i & 1], .device = i & 1, .busy = std::chrono::microseconds(500 + i % 3000),
+    l.record_batch({.tag = t[i & 1],
+                    .device = i & 1,
+                    .busy = std::chrono::microseconds(500 + i % 3000),
                     .batch_size = 1 + i % 32});
-  for (std::uint32_t i = 0; i < 6000; ++i) l.record_request(t[i & 1], std::chrono::microseconds(1000 + i * 37 % 400000));
+  for (std::uint32_t i = 0; i < 6000; ++i)
+    l.record_request(t[i & 1], std::chrono::microseconds(1000 + i * 37 % 400000));
   for (std::uint32_t i = 0; i < 1500; ++i) l.record_cache_hit(t[i & 1]);
 }
 

@@ -73,6 +73,8 @@ case "${1:-}" in
       "$@"
       echo "=== quickstart: stage $name passed in $(($(date +%s) - t0)) s"
     }
+    # 0. Every C++ and CUDA file as .clang-format says (seconds; fails first).
+    stage format tests/format.sh
     # 1. Everything: build (host, CUDA, benchmarks, examples) and every test, packaging included; then the
     #    line coverage of include/frugal that those tests reach (branches reported), at least 90%.
     stage dev cmake --workflow --preset dev

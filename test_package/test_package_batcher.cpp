@@ -8,8 +8,8 @@
 int main() {
   using namespace std::chrono_literals;
   frugal::manual_clock clock;
-  frugal::batcher<int, int, frugal::fixed_window, frugal::manual_clock> batcher({.window = 5ms, .max_batch = 1},
-                                                                              clock);
+  frugal::batcher<int, int, frugal::fixed_window, frugal::manual_clock> batcher(
+      {.window = 5ms, .max_batch = 1}, clock);
   auto answer = batcher.submit(21);
   auto batch = batcher.try_next_batch();
   if (!batch || batch->size() != 1) return 1;

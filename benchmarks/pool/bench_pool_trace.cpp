@@ -221,30 +221,31 @@ result simulate(scenario sc, const params& p, const std::vector<request>& trace)
   std::vector<std::optional<fc::ledger_snapshot>> at_load(model_count);
 
   auto pool = std::make_unique<pool_t>(
-      pool_t::options_type{.budget_bytes = (sc == scenario::one_at_a_time ? 1 : model_count) * model_bytes,
-                      .models = specs,
-                      .load =
-                          [&](const spec_t& s) {
-                            const std::uint32_t m = index_of(s.name);
-                            ++loader_calls;
-                            load_start[m] = clock.now().time_since_epoch().count();
-                            at_load[m] = ledger.snapshot();
-                            ledger.record_model_load(device_of(m), load);
-                            return frugal::loaded_model<sim_model>{std::make_unique<sim_model>(sim_model{m}),
-                                                                   model_bytes};
-                          },
-                      .unload =
-                          [&](std::unique_ptr<sim_model> model, const spec_t&) {
-                            const std::uint32_t m = model->id;
-                            loaded_ns += clock.now().time_since_epoch().count() - load_start[m];
-                            window_paid += ledger.snapshot().since(*at_load[m]).devices[device_of(m)].paid;
-                            at_load[m].reset();
-                            ledger.record_model_unload(device_of(m));
-                          },
-                      // The loop never blocks: a device takes its next request only once the last lease has
-                      // ended, so a wait here would be a bug in the simulation; fail at once instead.
-                      .acquire_timeout = ns(0),
-                      .retry_backoff = ns(0)},
+      pool_t::options_type{
+          .budget_bytes = (sc == scenario::one_at_a_time ? 1 : model_count) * model_bytes,
+          .models = specs,
+          .load =
+              [&](const spec_t& s) {
+                const std::uint32_t m = index_of(s.name);
+                ++loader_calls;
+                load_start[m] = clock.now().time_since_epoch().count();
+                at_load[m] = ledger.snapshot();
+                ledger.record_model_load(device_of(m), load);
+                return frugal::loaded_model<sim_model>{std::make_unique<sim_model>(sim_model{m}),
+                                                       model_bytes};
+              },
+          .unload =
+              [&](std::unique_ptr<sim_model> model, const spec_t&) {
+                const std::uint32_t m = model->id;
+                loaded_ns += clock.now().time_since_epoch().count() - load_start[m];
+                window_paid += ledger.snapshot().since(*at_load[m]).devices[device_of(m)].paid;
+                at_load[m].reset();
+                ledger.record_model_unload(device_of(m));
+              },
+          // The loop never blocks: a device takes its next request only once the last lease has
+          // ended, so a wait here would be a bug in the simulation; fail at once instead.
+          .acquire_timeout = ns(0),
+          .retry_backoff = ns(0)},
       clock);
   if (sc == scenario::always_on) pool->load_pinned();  // deployed before the first request
   r.preloads = loader_calls;

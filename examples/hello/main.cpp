@@ -6,6 +6,7 @@
 int main() {
   std::printf("frugal %s\n", frugal::version_string());
   std::printf("  host components: batcher, quantization, cache, cost (header-only)\n");
-  std::printf("  CUDA kernels:    %s\n", FRUGAL_BUILT_WITH_CUDA ? "built (frugal::cuda)" : "not built (no CUDA toolkit)");
+  std::printf("  CUDA kernels:    %s\n",
+              FRUGAL_BUILT_WITH_CUDA ? "built (frugal::cuda)" : "not built (no CUDA toolkit)");
   return 0;
 }

@@ -153,9 +153,9 @@ class app {
       if (std::getenv("FRUGAL_REDIS_PASSWORD")) ro.auth = frugal::redis_auth::from_env();
       tier_ = std::make_unique<tier_type>(
           tier_type::options_type{.redis = ro,
-                             .local = {.max_entries = std::max<std::size_t>(o.cache_entries, 1)},
-                             .ledger = &ledger_,
-                             .tag = default_tag_});
+                                  .local = {.max_entries = std::max<std::size_t>(o.cache_entries, 1)},
+                                  .ledger = &ledger_,
+                                  .tag = default_tag_});
 #else
       throw std::invalid_argument("--redis: this build has no Redis tier (libhiredis-dev was not found)");
 #endif

@@ -1,6 +1,7 @@
 #pragma once
 
-/// @brief frugal's version. It must equal `project(frugal VERSION ...)`: tests/package/check_versions.cmake checks it.
+/// @brief frugal's version. It must equal `project(frugal VERSION ...)`: tests/package/check_versions.cmake
+/// checks it.
 #define FRUGAL_VERSION_MAJOR 0
 #define FRUGAL_VERSION_MINOR 1
 #define FRUGAL_VERSION_PATCH 0

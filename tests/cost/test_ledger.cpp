@@ -714,19 +714,18 @@ TEST_CASE("ledger: preemptions and redone work are counted per device, priced at
   CHECK(w.devices[1].redone == 1s);
   const std::string p = fc::to_prometheus(s);
   CHECK(p.find("# TYPE frugal_preemptions_total counter") != std::string::npos);
-  CHECK(p.find("frugal_preemptions_total{device=\"h100-spot\",gpu_class=\"H100\"} 2") !=
-        std::string::npos);
+  CHECK(p.find("frugal_preemptions_total{device=\"h100-spot\",gpu_class=\"H100\"} 2") != std::string::npos);
   CHECK(p.find("frugal_redone_records_total{device=\"h100-spot\",gpu_class=\"H100\"} 50") !=
         std::string::npos);
   CHECK(p.find("frugal_redone_seconds_total{device=\"h100-spot\",gpu_class=\"H100\"} 5.00") !=
         std::string::npos);
-  CHECK(p.find("frugal_redone_cost_usd_total{device=\"0\",gpu_class=\"A100\"} 0.0005") !=
-        std::string::npos);
+  CHECK(p.find("frugal_redone_cost_usd_total{device=\"0\",gpu_class=\"A100\"} 0.0005") != std::string::npos);
   const std::string j = fc::to_json(s);
   CHECK(j.find("\"preemptions\":2,\"redone_records\":50,\"redone_seconds\":5.00,\"redone_cost\":\"0.01\"") !=
         std::string::npos);
   CHECK_THROWS_WITH_AS(ledger.record_preemption(2, 1, 1s), doctest::Contains("device 2"), std::out_of_range);
-  CHECK_THROWS_WITH_AS(ledger.record_preemption(0, 1, -1s), doctest::Contains("redone"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(ledger.record_preemption(0, 1, -1s), doctest::Contains("redone"),
+                       std::invalid_argument);
 }
 
 TEST_CASE("advisors: advise_spot on a measured redo per preemption, and its price ceiling") {

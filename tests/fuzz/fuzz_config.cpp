@@ -24,7 +24,6 @@ namespace {
 // A millisecond count the demo turns into a nanosecond duration must fit in int64 nanoseconds.
 bool fits_ns(double ms) { return std::isfinite(ms) && ms >= 0 && ms * 1e6 < 9.2e18; }
 
-
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* bytes, std::size_t size) {

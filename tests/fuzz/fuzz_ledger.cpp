@@ -4,8 +4,8 @@
 // changes nothing; every accepted record is counted; snapshot() never throws; the counters Prometheus
 // reads as counters never go down from one snapshot to the next (the cache's saved time is a gauge: a
 // hit recorded without a figure is priced at the current mean busy time per item, which may fall; it
-// equals the figures recorded while every hit had one, and is never below them); the JSON export parses (no NaN or
-// infinity token) and the Prometheus export has no NaN. Each input's work is bounded, the
+// equals the figures recorded while every hit had one, and is never below them); the JSON export parses (no
+// NaN or infinity token) and the Prometheus export has no NaN. Each input's work is bounded, the
 // coordinated-omission correction included.
 #include <fuzzer/FuzzedDataProvider.h>
 
@@ -246,7 +246,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         // The clock jumps, up to years at once: wall-time sums must saturate, not wrap. The clock itself
         // stops short of its own range (a time_point past it is the clock's bug, not the ledger's).
         const std::int64_t jump = fdp.ConsumeIntegralInRange<std::int64_t>(0, std::int64_t{1} << 62);
-        const std::int64_t room = std::numeric_limits<std::int64_t>::max() - clock.now().time_since_epoch().count();
+        const std::int64_t room =
+            std::numeric_limits<std::int64_t>::max() - clock.now().time_since_epoch().count();
         clock.advance(std::chrono::nanoseconds(std::min(jump, room)));
         break;
       }

@@ -13,7 +13,9 @@
 #include <frugal/redis.hpp>
 
 namespace {
-std::vector<float> expected(std::uint64_t id) { return {static_cast<float>(id) * 1.5f, 7.0f, static_cast<float>(id % 13)}; }
+std::vector<float> expected(std::uint64_t id) {
+  return {static_cast<float>(id) * 1.5f, 7.0f, static_cast<float>(id % 13)};
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -27,12 +29,12 @@ int main(int argc, char** argv) {
   const bool cross = std::string(argv[5]) == "1";
   using tier = frugal::redis_tier<std::vector<float>>;
   tier t(tier::options_type{.redis = {.port = port,
-                                 .model = "replica-test",
-                                 .version = "1",
-                                 .command_timeout = std::chrono::milliseconds(200),
-                                 .cross_replica_single_flight = cross,
-                                 .lock_ttl = std::chrono::milliseconds(5000),
-                                 .lock_wait = std::chrono::milliseconds(5000)}});
+                                      .model = "replica-test",
+                                      .version = "1",
+                                      .command_timeout = std::chrono::milliseconds(200),
+                                      .cross_replica_single_flight = cross,
+                                      .lock_ttl = std::chrono::milliseconds(5000),
+                                      .lock_wait = std::chrono::milliseconds(5000)}});
   std::cout << "ready" << std::endl;
   std::string go;
   std::getline(std::cin, go);
@@ -47,7 +49,8 @@ int main(int argc, char** argv) {
     ok = ok && v && *v == expected(id);
   }
   const auto s = t.stats();
-  std::cout << "model_calls=" << calls.load() << " redis_hits=" << s.redis_hits << " lock_waits=" << s.lock_waits
-            << " fallbacks=" << s.fallbacks << " values_ok=" << (ok ? 1 : 0) << std::endl;
+  std::cout << "model_calls=" << calls.load() << " redis_hits=" << s.redis_hits
+            << " lock_waits=" << s.lock_waits << " fallbacks=" << s.fallbacks << " values_ok=" << (ok ? 1 : 0)
+            << std::endl;
   return 0;
 }

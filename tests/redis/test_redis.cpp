@@ -53,7 +53,8 @@ frugal::cost::ledger_options ledger_opts() {
 
 TEST_CASE("redis_tier: options that cannot work are refused, naming the field") {
   auto bad = [](frugal::redis_options r) { return tier(tier::options_type{.redis = std::move(r)}); };
-  CHECK_THROWS_WITH_AS(bad({.model = "", .version = "1"}), doctest::Contains("options.model"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(bad({.model = "", .version = "1"}), doctest::Contains("options.model"),
+                       std::invalid_argument);
   CHECK_THROWS_WITH_AS(bad({.model = "m:x", .version = "1"}), doctest::Contains("options.model"),
                        std::invalid_argument);
   CHECK_THROWS_WITH_AS(bad({.model = "m", .version = ""}), doctest::Contains("options.version"),
@@ -96,7 +97,8 @@ TEST_CASE("redis codec: the header carries format, type and codec version, and a
         frugal::detail::decode_result::header_mismatch);
   const std::string v = frugal::detail::redis_encode<vec, frugal::redis_codec<vec>>(vec{1, 2, 3});
   std::optional<vec> vo;
-  REQUIRE(frugal::detail::redis_decode<vec, frugal::redis_codec<vec>>(v, vo) == frugal::detail::decode_result::ok);
+  REQUIRE(frugal::detail::redis_decode<vec, frugal::redis_codec<vec>>(v, vo) ==
+          frugal::detail::decode_result::ok);
   CHECK(*vo == vec{1, 2, 3});
 }
 
@@ -127,8 +129,8 @@ TEST_CASE("redis_tier: a value written by one tier is read by another, under its
 TEST_CASE("redis_tier: two replica processes share results; the second makes no model call") {
   redis_server srv;
   auto run = [&](std::uint64_t first, std::uint64_t count) {
-    auto c = frugal_test::child::spawn(
-        {FRUGAL_REDIS_REPLICA, std::to_string(srv.port()), std::to_string(first), std::to_string(count), "0", "0"});
+    auto c = frugal_test::child::spawn({FRUGAL_REDIS_REPLICA, std::to_string(srv.port()),
+                                        std::to_string(first), std::to_string(count), "0", "0"});
     REQUIRE(c.read_line() == "ready");
     c.write_line("go");
     auto counts = parse_counts(c.read_line());
@@ -258,12 +260,14 @@ TEST_CASE("redis_tier: a batch's lookups and writes are one round trip each") {
   CHECK(rt() == r0 + 1);
   for (std::size_t i = 0; i < 32; ++i) CHECK((all[i] && *all[i] == values[i]));
   CHECK(t.stats().redis_hits == 16 + 32);
-  CHECK_THROWS_AS(t.get_or_compute_batch(keys.begin() == keys.end() ? keys : std::vector<frugal::key128>{key_of(999)},
-                                         [](std::span<const std::size_t>) { return std::vector<vec>{}; }),
-                  std::logic_error);
+  CHECK_THROWS_AS(
+      t.get_or_compute_batch(keys.begin() == keys.end() ? keys : std::vector<frugal::key128>{key_of(999)},
+                             [](std::span<const std::size_t>) { return std::vector<vec>{}; }),
+      std::logic_error);
 }
 
-TEST_CASE("redis_tier: redis-server killed mid-run falls back to the model, opens the breaker, then recovers") {
+TEST_CASE(
+    "redis_tier: redis-server killed mid-run falls back to the model, opens the breaker, then recovers") {
   redis_server srv;
   frugal::manual_clock clock;
   frugal::cost::ledger<> ledger(ledger_opts());
@@ -314,7 +318,9 @@ TEST_CASE("redis_tier: redis-server killed mid-run falls back to the model, open
   CHECK(snap.find("chat")->cache_hits == 2);
 }
 
-TEST_CASE("redis_tier: a redis-server paused by SIGSTOP costs each call at most its timeout, and opens the breaker") {
+TEST_CASE(
+    "redis_tier: a redis-server paused by SIGSTOP costs each call at most its timeout, and opens the "
+    "breaker") {
   redis_server srv;
   frugal::manual_clock clock;
   auto opts = at(srv);
@@ -373,7 +379,8 @@ TEST_CASE("redis_tier: with maxmemory and noeviction full, writes fail and are c
   CHECK_FALSE(t.get(key_of(2)));
 }
 
-TEST_CASE("redis_tier: AUTH with a password or an ACL user; a refusal is a counted fault that names no secret") {
+TEST_CASE(
+    "redis_tier: AUTH with a password or an ACL user; a refusal is a counted fault that names no secret") {
   const std::string secret = "s3cret-pw-never-logged";
   redis_server srv({"--requirepass", secret});
   auto opts = at(srv);
@@ -405,8 +412,9 @@ TEST_CASE("redis_tier: AUTH with a password or an ACL user; a refusal is a count
   CHECK_THROWS_WITH_AS(frugal::redis_auth::from_file("/nonexistent/frugal-auth"),
                        doctest::Contains("/nonexistent/frugal-auth"), std::invalid_argument);
   ::setenv("FRUGAL_TEST_REDIS_PW", "env-pw", 1);
-  CHECK(frugal::redis_auth::from_env("FRUGAL_TEST_REDIS_PW", "FRUGAL_TEST_REDIS_NO_USER").password == "env-pw");
+  CHECK(frugal::redis_auth::from_env("FRUGAL_TEST_REDIS_PW", "FRUGAL_TEST_REDIS_NO_USER").password ==
+        "env-pw");
   ::unsetenv("FRUGAL_TEST_REDIS_PW");
-  CHECK_THROWS_WITH_AS(frugal::redis_auth::from_env("FRUGAL_TEST_REDIS_PW"), doctest::Contains("FRUGAL_TEST_REDIS_PW"),
-                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(frugal::redis_auth::from_env("FRUGAL_TEST_REDIS_PW"),
+                       doctest::Contains("FRUGAL_TEST_REDIS_PW"), std::invalid_argument);
 }

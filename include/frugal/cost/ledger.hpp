@@ -72,7 +72,8 @@ inline constexpr std::uint64_t mul_sat(std::uint64_t a, std::uint64_t b) noexcep
   return a != 0 && b > UINT64_MAX / a ? UINT64_MAX : a * b;
 }
 
-// Names become Prometheus label values and JSON strings, which must be valid UTF-8 without control characters.
+// Names become Prometheus label values and JSON strings, which must be valid UTF-8 without control
+// characters.
 inline bool printable_utf8(std::string_view s) noexcept {
   for (std::size_t i = 0; i < s.size();) {
     const auto c = static_cast<unsigned char>(s[i]);
@@ -83,10 +84,14 @@ inline bool printable_utf8(std::string_view s) noexcept {
     }
     std::size_t n;
     std::uint32_t cp;
-    if ((c & 0xe0) == 0xc0) n = 1, cp = c & 0x1fu;
-    else if ((c & 0xf0) == 0xe0) n = 2, cp = c & 0x0fu;
-    else if ((c & 0xf8) == 0xf0) n = 3, cp = c & 0x07u;
-    else return false;
+    if ((c & 0xe0) == 0xc0)
+      n = 1, cp = c & 0x1fu;
+    else if ((c & 0xf0) == 0xe0)
+      n = 2, cp = c & 0x0fu;
+    else if ((c & 0xf8) == 0xf0)
+      n = 3, cp = c & 0x07u;
+    else
+      return false;
     if (i + n >= s.size()) return false;
     for (std::size_t k = 1; k <= n; ++k) {
       const auto d = static_cast<unsigned char>(s[i + k]);
@@ -161,13 +166,15 @@ class ledger {
         throw std::invalid_argument(std::string(who) + "alerts." + name + " must be finite and >= 0, not " +
                                     std::to_string(v));
     const std::pair<const char*, std::chrono::nanoseconds> spans[] = {
-        {"utilization_window", th.utilization_window}, {"memory_window", th.memory_window},
+        {"utilization_window", th.utilization_window},
+        {"memory_window", th.memory_window},
         {"p99_max", th.p99_max}};
     for (const auto& [name, v] : spans)
       if (v.count() < 0)
         throw std::invalid_argument(std::string(who) + "alerts." + name + " must not be negative");
     for (std::size_t d = 0; d < options_.devices.size(); ++d)
-      if (!detail::printable_utf8(options_.devices[d].name) || !detail::printable_utf8(options_.devices[d].gpu_class))
+      if (!detail::printable_utf8(options_.devices[d].name) ||
+          !detail::printable_utf8(options_.devices[d].gpu_class))
         throw std::invalid_argument(std::string(who) + "devices[" + std::to_string(d) +
                                     "]: name and gpu_class must be valid UTF-8 without control characters");
     auto cfg = std::make_shared<detail::ledger_config>();
@@ -278,8 +285,8 @@ class ledger {
     h.count_only(ns);
     // The coordinated-omission correction, as log_linear_histogram::record_corrected, with the sum kept here;
     // its work is bounded by the histogram's buckets, not by latency / interval.
-    const std::uint64_t sum =
-        detail::add_sat(ns, h.count_series(ns, static_cast<std::uint64_t>(options_.expected_interval.count())));
+    const std::uint64_t sum = detail::add_sat(
+        ns, h.count_series(ns, static_cast<std::uint64_t>(options_.expected_interval.count())));
     s.add(base + detail::f_outcome0 + static_cast<std::size_t>(o), 1);
     s.add(base + detail::f_latency_sum, sum);
   }
@@ -397,7 +404,8 @@ class ledger {
     const std::size_t nd = options_.devices.size();
     std::vector<std::uint64_t> sum(counters_, 0);
     for (const auto& st : stripes_)
-      for (std::size_t i = 0; i < counters_; ++i) sum[i] = detail::add_sat(sum[i], st.second->c[i].load(std::memory_order_relaxed));
+      for (std::size_t i = 0; i < counters_; ++i)
+        sum[i] = detail::add_sat(sum[i], st.second->c[i].load(std::memory_order_relaxed));
     raw.tags.resize(n);
     for (std::uint32_t t = 0; t < n; ++t) {
       detail::raw_tag& r = raw.tags[t];

@@ -115,9 +115,9 @@ struct tag_figures {
   double cache_hit_ratio = 0;  ///< cache hits over requests
   std::chrono::nanoseconds cache_saved_time{0};
   money cache_saved{};
-  std::uint64_t remote_hits = 0;                ///< of cache_hits, those served by a shared tier (Redis)
-  std::chrono::nanoseconds remote_latency{0};   ///< summed latency of those remote hits
-  std::uint64_t remote_faults = 0;              ///< shared-tier faults that fell back to the model
+  std::uint64_t remote_hits = 0;               ///< of cache_hits, those served by a shared tier (Redis)
+  std::chrono::nanoseconds remote_latency{0};  ///< summed latency of those remote hits
+  std::uint64_t remote_faults = 0;             ///< shared-tier faults that fell back to the model
   /// Of cache_hits, those a semantic cache answered from a similar, not identical, input; exact hits are
   /// cache_hits − semantic_hits. Their saving is part of cache_saved, priced at the same rate.
   std::uint64_t semantic_hits = 0;
@@ -148,7 +148,7 @@ struct device_figures {
   std::optional<double> memory_fraction;  ///< the last record_memory() figure
   // Preemptions (frugal::job), from record_preemption().
   std::uint64_t preemptions = 0;
-  std::uint64_t redone_records = 0;  ///< records computed again after a resume (past the last checkpoint)
+  std::uint64_t redone_records = 0;    ///< records computed again after a resume (past the last checkpoint)
   std::chrono::nanoseconds redone{0};  ///< the time those records took again
   money redone_cost{};                 ///< that time priced at the device's rate (part of busy_cost)
 };
@@ -521,7 +521,8 @@ inline ledger_snapshot derive(std::shared_ptr<const ledger_config> cfg, raw_stat
       // A user's clock may step back or jump far: the span saturates instead of overflowing.
       std::int64_t high_for = 0;
       if (__builtin_sub_overflow(now.at_ns, *r.memory_high_since_ns, &high_for))
-        high_for = now.at_ns < 0 ? std::numeric_limits<std::int64_t>::min() : std::numeric_limits<std::int64_t>::max();
+        high_for = now.at_ns < 0 ? std::numeric_limits<std::int64_t>::min()
+                                 : std::numeric_limits<std::int64_t>::max();
       if (high_for >= th.memory_window.count())
         fire("memory_high", "device " + s.devices[d].name, *r.memory_fraction, th.memory_high,
              "device " + s.devices[d].name + " memory at " + fmt_pct(*r.memory_fraction) + ", over " +

@@ -9,7 +9,6 @@
 // the histogram observers keep their range in double, so doubling it past FLT_MAX does not make it Inf,
 // and the clip ranges they return are clamped to +-FLT_MAX.
 
-#include "frugal/quant/detail/eigen.hpp"
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -23,6 +22,7 @@
 #include <vector>
 
 #include "frugal/config.hpp"
+#include "frugal/quant/detail/eigen.hpp"
 #include "frugal/quant/quantize.hpp"
 #include "frugal/quant/scheme.hpp"
 

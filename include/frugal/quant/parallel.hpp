@@ -78,7 +78,8 @@ class thread_pool final : public executor {
     }
     work_.notify_all();
     take_tasks();
-    for (int i = 0; i < spin_rounds && busy_.load(std::memory_order_acquire) != 0; ++i) ::frugal::detail::cpu_pause();
+    for (int i = 0; i < spin_rounds && busy_.load(std::memory_order_acquire) != 0; ++i)
+      ::frugal::detail::cpu_pause();
     std::exception_ptr error;
     {
       std::unique_lock<std::mutex> lk(m_);

@@ -1,6 +1,5 @@
 #pragma once
 
-#include "frugal/quant/detail/eigen.hpp"
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -11,6 +10,7 @@
 #include <vector>
 
 #include "frugal/config.hpp"
+#include "frugal/quant/detail/eigen.hpp"
 #include "frugal/quant/types.hpp"
 
 FRUGAL_BEGIN_NAMESPACE

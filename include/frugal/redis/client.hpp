@@ -47,7 +47,8 @@ struct redis_client_stats {
   std::uint64_t connects = 0;  ///< successful connects, the first ones and the reconnects
   breaker_state breaker = breaker_state::closed;
   std::chrono::nanoseconds breaker_backoff{0};  ///< the wait before the next probe, while open
-  std::chrono::nanoseconds latency_mean{0}, latency_p50{0}, latency_p99{0}, latency_max{0};  ///< per round trip
+  std::chrono::nanoseconds latency_mean{0}, latency_p50{0}, latency_p99{0},
+      latency_max{0};        ///< per round trip
   std::string last_error{};  ///< what went wrong last, in words; never holds credentials
 };
 
@@ -125,7 +126,10 @@ template <class Clock>
 class redis_client {
  public:
   redis_client(const redis_options& o, Clock clock)
-      : opts_(o), clock_(std::move(clock)), slots_(o.connections), backoff_(o.breaker_backoff),
+      : opts_(o),
+        clock_(std::move(clock)),
+        slots_(o.connections),
+        backoff_(o.breaker_backoff),
         rng_(std::random_device{}()) {}
 
   /// Sends the commands in one pipeline and reads every reply: one round trip.
@@ -183,7 +187,8 @@ class redis_client {
       }
     }
     lock.unlock();
-    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0);
+    const auto ns =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0);
     latency_.record(static_cast<std::uint64_t>(ns.count()));
     round_trips_.fetch_add(1, std::memory_order_relaxed);
     commands_.fetch_add(cmds.size(), std::memory_order_relaxed);
@@ -244,8 +249,9 @@ class redis_client {
 
   redis_fault connect(slot& s) {
     const timeval ct = to_timeval(opts_.connect_timeout);
-    redis_context_ptr c(opts_.unix_socket.empty() ? redisConnectWithTimeout(opts_.host.c_str(), opts_.port, ct)
-                                                  : redisConnectUnixWithTimeout(opts_.unix_socket.c_str(), ct));
+    redis_context_ptr c(opts_.unix_socket.empty()
+                            ? redisConnectWithTimeout(opts_.host.c_str(), opts_.port, ct)
+                            : redisConnectUnixWithTimeout(opts_.unix_socket.c_str(), ct));
     if (!c || c->err) {
       connection_errors_.fetch_add(1, std::memory_order_relaxed);
       note(std::string("connect failed: ") + (c ? c->errstr : "out of memory"));

@@ -18,7 +18,8 @@ FRUGAL_BEGIN_NAMESPACE
 namespace detail {
 
 template <class T>
-concept redis_plain = std::is_trivially_copyable_v<T> && !std::is_pointer_v<T> && !std::is_member_pointer_v<T>;
+concept redis_plain =
+    std::is_trivially_copyable_v<T> && !std::is_pointer_v<T> && !std::is_member_pointer_v<T>;
 
 template <class T>
 struct is_plain_vector : std::false_type {};

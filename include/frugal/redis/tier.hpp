@@ -34,21 +34,21 @@ FRUGAL_BEGIN_NAMESPACE
 
 /// @brief A snapshot of a redis_tier's counters.
 struct redis_tier_stats {
-  std::uint64_t lookups = 0;      ///< keys asked for, by any call
-  std::uint64_t local_hits = 0;   ///< served by the in-process LRU
-  std::uint64_t redis_hits = 0;   ///< served by Redis
-  std::uint64_t misses = 0;       ///< in neither tier
-  std::uint64_t model_calls = 0;  ///< values computed by the caller's function (one per key)
-  std::uint64_t header_mismatches = 0;  ///< values in Redis whose header is not this codec's: misses
-  std::uint64_t decode_errors = 0;      ///< values with the right header that the codec refused: misses
-  std::uint64_t fallbacks = 0;  ///< lookups that could not ask Redis (a fault, or the breaker open)
-  std::uint64_t writes = 0;     ///< values Redis acknowledged
-  std::uint64_t write_errors = 0;  ///< writes refused (e.g. OOM under noeviction) or lost to a fault
-  std::uint64_t oversize_skips = 0;  ///< values over max_value_bytes, not written
-  std::uint64_t flight_waits = 0;    ///< callers that waited for a compute in this process
-  std::uint64_t locks_taken = 0;     ///< cross-replica locks this replica took before computing
-  std::uint64_t lock_waits = 0;      ///< misses that found another replica's lock and waited
-  std::uint64_t lock_wait_hits = 0;  ///< of those, the ones that got the other replica's value
+  std::uint64_t lookups = 0;             ///< keys asked for, by any call
+  std::uint64_t local_hits = 0;          ///< served by the in-process LRU
+  std::uint64_t redis_hits = 0;          ///< served by Redis
+  std::uint64_t misses = 0;              ///< in neither tier
+  std::uint64_t model_calls = 0;         ///< values computed by the caller's function (one per key)
+  std::uint64_t header_mismatches = 0;   ///< values in Redis whose header is not this codec's: misses
+  std::uint64_t decode_errors = 0;       ///< values with the right header that the codec refused: misses
+  std::uint64_t fallbacks = 0;           ///< lookups that could not ask Redis (a fault, or the breaker open)
+  std::uint64_t writes = 0;              ///< values Redis acknowledged
+  std::uint64_t write_errors = 0;        ///< writes refused (e.g. OOM under noeviction) or lost to a fault
+  std::uint64_t oversize_skips = 0;      ///< values over max_value_bytes, not written
+  std::uint64_t flight_waits = 0;        ///< callers that waited for a compute in this process
+  std::uint64_t locks_taken = 0;         ///< cross-replica locks this replica took before computing
+  std::uint64_t lock_waits = 0;          ///< misses that found another replica's lock and waited
+  std::uint64_t lock_wait_hits = 0;      ///< of those, the ones that got the other replica's value
   std::uint64_t lock_wait_timeouts = 0;  ///< of those, the ones that gave up after lock_wait and computed
   redis_client_stats redis{};            ///< round trips, latency, errors and the breaker
   cache_stats local{};                   ///< the LRU in front (zeros without one)
@@ -67,7 +67,7 @@ struct redis_tier_stats {
 /// latency) and every fault that fell back to the model as a remote fault; the caller records its own
 /// requests and batches, and not the hits again.
 template <class V, class Codec = redis_codec<V>, class Clock = std::chrono::steady_clock>
-  requires redis_codec_for<Codec, V>
+requires redis_codec_for<Codec, V>
 class redis_tier {
  public:
   using value_type = V;
@@ -205,8 +205,8 @@ class redis_tier {
     std::vector<V> computed = std::invoke(fn, std::span<const std::size_t>(missing));
     if (computed.size() != missing.size())
       throw std::logic_error("frugal::redis_tier::get_or_compute_batch: fn returned " +
-                             std::to_string(computed.size()) + " values for " + std::to_string(missing.size()) +
-                             " missing keys");
+                             std::to_string(computed.size()) + " values for " +
+                             std::to_string(missing.size()) + " missing keys");
     model_calls_.fetch_add(missing.size(), std::memory_order_relaxed);
     std::vector<key128> ks;
     std::vector<pointer> ps;
@@ -323,7 +323,8 @@ class redis_tier {
     return f;
   }
 
-  void lookup_batch(std::span<const key128> keys, std::vector<pointer>& out, std::vector<std::size_t>& missing) {
+  void lookup_batch(std::span<const key128> keys, std::vector<pointer>& out,
+                    std::vector<std::size_t>& missing) {
     lookups_.fetch_add(keys.size(), std::memory_order_relaxed);
     std::vector<std::size_t> ask;
     for (std::size_t i = 0; i < keys.size(); ++i) {

@@ -1,7 +1,8 @@
 #pragma once
 
-// <immintrin.h> first, under frugal's pragmas (see frugal/quant/detail/eigen.hpp): hnswlib includes it too, and
-// a TU built with -march=native on AVX-512 then trips GCC 12's false "uninitialized" warnings (bug 105593).
+// <immintrin.h> first, under frugal's pragmas (see frugal/quant/detail/eigen.hpp): hnswlib includes it too,
+// and a TU built with -march=native on AVX-512 then trips GCC 12's false "uninitialized" warnings (bug
+// 105593).
 #include "frugal/quant/detail/cpu.hpp"
 
 #include <hnswlib/hnswlib.h>

@@ -10,12 +10,13 @@ struct model {
 
 int main() {
   int loads = 0;
-  frugal::model_pool<model> pool({.budget_bytes = 1 << 20,
-                                  .models = {{.name = "small", .estimated_bytes = 1024}},
-                                  .load = [&](const frugal::model_spec<>&) {
-                                    ++loads;
-                                    return frugal::loaded_model<model>{std::make_unique<model>(model{7}), 1024};
-                                  }});
+  frugal::model_pool<model> pool(
+      {.budget_bytes = 1 << 20,
+       .models = {{.name = "small", .estimated_bytes = 1024}},
+       .load = [&](const frugal::model_spec<>&) {
+         ++loads;
+         return frugal::loaded_model<model>{std::make_unique<model>(model{7}), 1024};
+       }});
   {
     auto lease = pool.acquire("small");
     if (lease->id != 7) return 1;

@@ -29,11 +29,14 @@ struct weight_only_config {
   static constexpr int lane_k = Int4 ? 32 : 16;  // k elements in one lane's 16-byte weight load
   static constexpr int step_k = 4 * lane_k;      // k covered by one warp iteration
   /// The first k of the 16 weight bytes lane group `tig` loads in warp iteration `step`.
-  __host__ __device__ static constexpr int lane_k_begin(int step, int tig) { return step * step_k + tig * lane_k; }
+  __host__ __device__ static constexpr int lane_k_begin(int step, int tig) {
+    return step * step_k + tig * lane_k;
+  }
 };
 
-// The register-level constants of the dequant, shared with the host model of it (tests/cuda/test_fragments.cu).
-// One LOP3 with this mask takes nibbles q and q+4 (k and k+4) of a 32-bit weight word into the two halves.
+// The register-level constants of the dequant, shared with the host model of it
+// (tests/cuda/test_fragments.cu). One LOP3 with this mask takes nibbles q and q+4 (k and k+4) of a 32-bit
+// weight word into the two halves.
 inline constexpr std::uint32_t nibble_pair_mask = 0x000F000Fu;
 // PRMT selectors pairing activations (k, k+4) from two registers: their low halves, and their high halves.
 inline constexpr unsigned prmt_low_halves = 0x5410u, prmt_high_halves = 0x7632u;
@@ -59,9 +62,9 @@ template <>
 struct x_traits<__half> {
   static constexpr std::uint32_t magic = 0x64006400u;     // 1024.0 in each half
   static constexpr std::uint32_t magic_s4 = 0x64086408u;  // 1024 + 8: the xor turns signed -8..7 into 0..15
-  static constexpr float bias_u4 = 1024.0f;               // magic's value: subtract it (+ zero point) from 0..15
-  static constexpr float bias_s4 = 1032.0f;               // magic_s4's value less the xor's 8
-  static constexpr std::uint32_t bias_s8 = 0x64806480u;   // 1152.0 in each half: 1024 + the xor's 128
+  static constexpr float bias_u4 = 1024.0f;  // magic's value: subtract it (+ zero point) from 0..15
+  static constexpr float bias_s4 = 1032.0f;  // magic_s4's value less the xor's 8
+  static constexpr std::uint32_t bias_s8 = 0x64806480u;  // 1152.0 in each half: 1024 + the xor's 128
   static __device__ __forceinline__ std::uint32_t sub(std::uint32_t a, std::uint32_t b) {
     __half2 r = __hsub2(*reinterpret_cast<__half2*>(&a), *reinterpret_cast<__half2*>(&b));
     return *reinterpret_cast<std::uint32_t*>(&r);
