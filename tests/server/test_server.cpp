@@ -155,6 +155,19 @@ double metric(const std::string& text, const std::string& series) {
   return at == std::string::npos ? -1 : std::strtod(text.c_str() + at + series.size() + 2, nullptr);
 }
 
+// Polls GET /metrics until `series` equals `want`, for at most `within`; returns the last text read, for
+// the caller's checks (a series that lags the server's other state: counters recorded off the request path).
+std::string wait_metric(httplib::Client& c, const std::string& series, double want,
+                        std::chrono::seconds within) {
+  const auto end = std::chrono::steady_clock::now() + within;
+  std::string text = c.Get("/metrics")->body;
+  while (metric(text, series) != want && std::chrono::steady_clock::now() < end) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    text = c.Get("/metrics")->body;
+  }
+  return text;
+}
+
 }  // namespace
 
 TEST_CASE("server: /v1/embeddings answers in the OpenAI shape, equal to the encoder, and tags the feature") {
@@ -263,9 +276,8 @@ TEST_CASE("server: SIGTERM answers every accepted request, flushes the ledger's 
     });
   // Every request is in the batcher's window before the signal.
   auto c = s.client();
-  for (int k = 0; k < 1000 && metric(c.Get("/metrics")->body, "frugal_batcher_submitted_total") < n; ++k)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  REQUIRE(metric(c.Get("/metrics")->body, "frugal_batcher_submitted_total") == n);
+  REQUIRE(metric(wait_metric(c, "frugal_batcher_submitted_total", n, std::chrono::seconds(10)),
+                 "frugal_batcher_submitted_total") == n);
   ::kill(s.proc->pid(), SIGTERM);
   for (auto& t : clients) t.join();
   CHECK(ok.load() == n);
@@ -511,17 +523,13 @@ TEST_CASE(
   CHECK(fp32["idle_unloads"] == 1);
   CHECK(fp32["bytes"] == 0);
   CHECK(model_row(c, "minilm-int8")["state"] == "ready");
-  std::string m = c.Get("/metrics")->body;
+  // The ledger records the unload after the model is destroyed, outside the pool's lock: it may trail the
+  // state the model list shows, so wait for it.
+  const std::string unloads = "frugal_model_unloads_total{device=\"cpu0\",gpu_class=\"cpu\"}";
+  std::string m = wait_metric(c, unloads, 1, std::chrono::seconds(10));
+  CHECK(metric(m, unloads) == 1);
   CHECK(metric(m, "frugal_pool_idle_unloads_total{model=\"minilm-fp32\"}") == 1);
   CHECK(metric(m, "frugal_pool_used_bytes") == int8["bytes"].get<double>());
-  // The ledger records the unload after the model is destroyed, outside the pool's lock: it may trail the
-  // state the model list shows, so wait for it (bounded).
-  const std::string unloads = "frugal_model_unloads_total{device=\"cpu0\",gpu_class=\"cpu\"}";
-  for (int i = 0; i < 200 && metric(m, unloads) != 1; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    m = c.Get("/metrics")->body;
-  }
-  CHECK(metric(m, unloads) == 1);
 
   // A new request loads it again, and the reloaded model gives the encoder's answer.
   r = c.Post("/v1/embeddings", body(std::string("A third sentence."), "minilm-fp32"), "application/json");

@@ -493,10 +493,8 @@ class basic_runner {
       std::lock_guard lk(mu_);
       completed = completed_;
       failure = failure_;
-      while (!ends_.empty()) {
-        ends_seen_.push_back(ends_.front());
-        ends_.pop_front();
-      }
+      ends_seen_.insert(ends_seen_.end(), ends_.begin(), ends_.end());
+      ends_.clear();
     }
     while (!slots_.empty()) {
       slot& s = slots_.front();
