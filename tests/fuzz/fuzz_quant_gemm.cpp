@@ -218,11 +218,17 @@ void fuzz_int4(FuzzedDataProvider& fdp) {
       continue;
     for (std::size_t i = 0; i < m; ++i)
       for (std::size_t j = 0; j < n; ++j) {
+        // The SIMD paths take the zero point out of the sum: scale * (sum x * u - zp * sum x), with u the
+        // stored nibble (symmetric: u = value + 8 and zp = 8; see detail/gemm_int4.hpp). Their rounding is
+        // relative to sum |x| * (u + zp) * scale, not to the sum of |x * (u - zp) * scale|.
         double want = 0, mag = 0;
         for (std::size_t t = 0; t < k; ++t) {
-          const double p = static_cast<double>(x[i * k + t]) * w.dequantized(j, t);
-          want += p;
-          mag += std::abs(p);
+          const std::size_t g = j * w.groups_per_row() + t / static_cast<std::size_t>(w.group_size);
+          const double zp = w.symmetric ? 8 : w.zero_points[g];
+          const double u = w.symmetric ? w.value(j, t) + 8 : w.value(j, t);
+          const double xv = x[i * k + t];
+          want += xv * w.dequantized(j, t);
+          mag += std::abs(xv) * (u + zp) * std::abs(static_cast<float>(w.scales[g]));
         }
         const double got = out[i * n + j];
         if (std::abs(got - want) > 1e-5 * mag + 1e-6)
