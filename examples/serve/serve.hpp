@@ -506,8 +506,8 @@ step_result run_step(const step_config& st, const shared_inputs& in, Policy poli
 
   std::optional<frugal::lru_cache<std::vector<float>>> cache;
   if (st.cache)
-    cache.emplace(frugal::lru_cache<std::vector<float>>::options{.max_entries = cfg.cache_entries,
-                                                                 .max_bytes = cfg.cache_bytes});
+    cache.emplace(frugal::lru_cache<std::vector<float>>::options_type{.max_entries = cfg.cache_entries,
+                                                                      .max_bytes = cfg.cache_bytes});
 
   accuracy_tally acc;
   std::atomic<std::uint64_t> answered{0}, failed{0};
