@@ -24,13 +24,13 @@ namespace {
 
 using value = std::uint64_t;
 using frugal_lru = frugal::lru_cache<value>;
-using frugal_tinylfu = frugal::lru_cache<value, frugal::tinylfu_admission>;
+using frugal_tinylfu = frugal::tinylfu_cache<value>;
 using reference = cache_bench::reference_lru<value>;
 
 template <class C>
 std::unique_ptr<C> make_cache(std::size_t capacity) {
   if constexpr (std::is_same_v<C, frugal_lru> || std::is_same_v<C, frugal_tinylfu>) {
-    return std::make_unique<C>(typename C::options{.max_entries = capacity});
+    return std::make_unique<C>(typename C::options_type{.max_entries = capacity});
   } else {
     return std::make_unique<C>(capacity);
   }

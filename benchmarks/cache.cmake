@@ -10,3 +10,7 @@ target_include_directories(bench_cache PRIVATE "${CMAKE_CURRENT_SOURCE_DIR}/cach
 
 add_executable(cache_hit_ratio cache/hit_ratio.cpp)
 target_link_libraries(cache_hit_ratio PRIVATE frugal::frugal)
+
+# bench_cache's 1M-entry hit loop alone (see cache/layouts.sh).
+add_executable(cache_hit_alone cache/hit_alone.cpp)
+target_link_libraries(cache_hit_alone PRIVATE frugal::cache)

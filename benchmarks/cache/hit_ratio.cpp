@@ -34,7 +34,7 @@ int main(int argc, char** argv) {
     for (int i = 0; i < 4; ++i) {
       const auto capacity = static_cast<std::size_t>(fractions[i] * static_cast<double>(keys));
       frugal::lru_cache<std::uint8_t> a({.max_entries = capacity, .shards = 1});
-      frugal::lru_cache<std::uint8_t, frugal::tinylfu_admission> b({.max_entries = capacity, .shards = 1});
+      frugal::tinylfu_cache<std::uint8_t> b({.max_entries = capacity, .shards = 1});
       lru[i] = 100 * cache_traces::replay_hit_ratio(a, t);
       lfu[i] = 100 * cache_traces::replay_hit_ratio(b, t);
       opt[i] = 100 * cache_traces::belady_hit_ratio(t, capacity);

@@ -160,7 +160,7 @@ class app {
       throw std::invalid_argument("--redis: this build has no Redis tier (libhiredis-dev was not found)");
 #endif
     } else if (o.cache_entries) {
-      cache_.emplace(frugal::lru_cache<std::vector<float>>::options{.max_entries = o.cache_entries});
+      cache_.emplace(frugal::lru_cache<std::vector<float>>::options_type{.max_entries = o.cache_entries});
     }
     if (o.semantic.enabled)
       semantic_ = std::make_unique<semantic_route>(

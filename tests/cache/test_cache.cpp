@@ -30,7 +30,7 @@ thread_local std::size_t allocations = 0;
 frugal::key128 k(std::uint64_t i) { return frugal::hash_key(i); }
 
 template <class Cache>
-std::string must_throw(const typename Cache::options& o) {
+std::string must_throw(const typename Cache::options_type& o) {
   try {
     Cache c(o);
   } catch (const std::invalid_argument& e) {
@@ -110,10 +110,10 @@ TEST_CASE("cache: bad options are refused with the field named") {
         std::string::npos);
   CHECK_NOTHROW(frugal::lru_cache<opaque>({.max_entries = 10}));
   cache ok({.max_entries = 10});
-  CHECK_THROWS_WITH_AS(ok.put(k(1), 1, -1s), "frugal::lru_cache::put: ttl must be >= 0",
+  CHECK_THROWS_WITH_AS(ok.put(k(1), 1, -1s), "frugal::basic_cache::put: ttl must be >= 0",
                        std::invalid_argument);
-  CHECK(ok.config().shards == 1);
-  CHECK(cache({.max_entries = 1'000'000}).config().shards == 64);
+  CHECK(ok.options().shards == 1);
+  CHECK(cache({.max_entries = 1'000'000}).options().shards == 64);
 }
 
 TEST_CASE("cache: put then get returns the value, and a put replaces it") {
@@ -303,7 +303,7 @@ TEST_CASE("cache: both limits hold at once") {
 TEST_CASE("cache: TTLs expire on a manual clock") {
   frugal::manual_clock clock;
   std::vector<frugal::eviction_cause> causes;
-  frugal::lru_cache<int, frugal::lru_admission, frugal::manual_clock> c(
+  frugal::lru_cache<int, frugal::manual_clock> c(
       {.max_entries = 100,
        .ttl = 10s,
        .on_evict = [&](const auto&, const auto&, auto cause) { causes.push_back(cause); }},
@@ -353,6 +353,32 @@ TEST_CASE("cache: TTLs expire on a manual clock") {
     c.get_or_compute(k(5), [&] { return ++runs; });
     CHECK(runs == 1);
   }
+}
+
+TEST_CASE("cache: a compute that finishes after a put of its key replaces that value, as a put would") {
+  std::vector<frugal::eviction_cause> causes;
+  frugal::lru_cache<int> c(
+      {.max_entries = 2, .shards = 1, .on_evict = [&](const auto&, const auto&, auto cause) {
+         causes.push_back(cause);
+       }});
+  const auto r = c.get_or_compute(k(1), [&] {
+    c.put(k(1), 1);
+    c.put(k(2), 2);
+    return 3;
+  });
+  REQUIRE(r);
+  CHECK(*r == 3);
+  CHECK(causes == std::vector{frugal::eviction_cause::replaced});
+  // The replacement made k(1) the most recently used, so a third key pushes out k(2).
+  c.put(k(3), 3);
+  CHECK(c.get(k(2)) == nullptr);
+  REQUIRE(c.get(k(1)));
+  CHECK(*c.get(k(1)) == 3);
+  const auto st = c.stats();
+  CHECK(st.puts == 4);
+  CHECK(st.replacements == 1);
+  CHECK(st.loads == 1);
+  CHECK(st.evictions_size == 1);
 }
 
 TEST_CASE("cache: single-flight runs the compute once for 8 concurrent misses") {
@@ -644,7 +670,7 @@ TEST_CASE("cache: metadata stays within 64 bytes per entry at full capacity") {
 
 TEST_CASE("cache: W-TinyLFU admission") {
   SUBCASE("a get right after a put hits, even with a one-entry window") {
-    frugal::lru_cache<int, frugal::tinylfu_admission> c({.max_entries = 20, .shards = 1});
+    frugal::tinylfu_cache<int> c({.max_entries = 20, .shards = 1});
     for (int i = 0; i < 5; ++i)
       for (int j = 0; j < 20; ++j) c.get(k(static_cast<std::uint64_t>(j)));  // make 0..19 popular
     for (int j = 0; j < 20; ++j) c.put(k(static_cast<std::uint64_t>(j)), j);
@@ -657,7 +683,7 @@ TEST_CASE("cache: W-TinyLFU admission") {
   SUBCASE("it beats LRU by 8 points on Zipf(1.0) at 1% of the keys") {
     const auto t = cache_traces::zipf(10'000, 200'000, 1.0);
     frugal::lru_cache<std::uint8_t> lru({.max_entries = 100, .shards = 1});
-    frugal::lru_cache<std::uint8_t, frugal::tinylfu_admission> lfu({.max_entries = 100, .shards = 1});
+    frugal::tinylfu_cache<std::uint8_t> lfu({.max_entries = 100, .shards = 1});
     const double h_lru = cache_traces::replay_hit_ratio(lru, t);
     const double h_lfu = cache_traces::replay_hit_ratio(lfu, t);
     CHECK(h_lfu >= h_lru + 0.08);
@@ -666,12 +692,12 @@ TEST_CASE("cache: W-TinyLFU admission") {
   SUBCASE("it does not fall below LRU on a loop or a scan 10x the cache") {
     for (const auto& t : {cache_traces::loop(1000, 50'000), cache_traces::scan(1000, 50'000)}) {
       frugal::lru_cache<std::uint8_t> lru({.max_entries = 100, .shards = 1});
-      frugal::lru_cache<std::uint8_t, frugal::tinylfu_admission> lfu({.max_entries = 100, .shards = 1});
+      frugal::tinylfu_cache<std::uint8_t> lfu({.max_entries = 100, .shards = 1});
       CHECK(cache_traces::replay_hit_ratio(lfu, t) >= cache_traces::replay_hit_ratio(lru, t));
     }
   }
   SUBCASE("byte limits hold under admission") {
-    frugal::lru_cache<std::string, frugal::tinylfu_admission> c(
+    frugal::tinylfu_cache<std::string> c(
         {.max_bytes = 5000, .shards = 1, .weigher = [](const std::string& s) { return s.size(); }});
     std::mt19937_64 rng(3);
     for (int i = 0; i < 5000; ++i) {
@@ -684,10 +710,9 @@ TEST_CASE("cache: W-TinyLFU admission") {
 
 TEST_CASE("cache: concurrent gets, puts, erases and loads keep the cache consistent") {
   frugal::manual_clock clock;
-  frugal::lru_cache<std::vector<int>, frugal::lru_admission, frugal::manual_clock> c(
+  frugal::lru_cache<std::vector<int>, frugal::manual_clock> c(
       {.max_entries = 256, .max_bytes = 64 << 10, .ttl = 5s, .shards = 4}, clock);
-  frugal::lru_cache<std::vector<int>, frugal::tinylfu_admission, frugal::manual_clock> t(
-      {.max_entries = 256, .shards = 4}, clock);
+  frugal::tinylfu_cache<std::vector<int>, frugal::manual_clock> t({.max_entries = 256, .shards = 4}, clock);
   constexpr int threads = 4;
   std::atomic<int> wrong{0};
   std::vector<std::thread> pool;
@@ -823,9 +848,9 @@ TEST_CASE(
 TEST_CASE(
     "cache: lock-free gets racing puts, evictions and expiry return only the value stored under the key") {
   frugal::manual_clock clock;
-  frugal::lru_cache<std::vector<int>, frugal::lru_admission, frugal::manual_clock> c(
-      {.max_entries = 128, .ttl = 50ms, .shards = 2}, clock);
-  frugal::lru_cache<std::vector<int>, frugal::tinylfu_admission> t({.max_entries = 128, .shards = 2});
+  frugal::lru_cache<std::vector<int>, frugal::manual_clock> c({.max_entries = 128, .ttl = 50ms, .shards = 2},
+                                                              clock);
+  frugal::tinylfu_cache<std::vector<int>> t({.max_entries = 128, .shards = 2});
   constexpr int threads = 4;
   constexpr int ops = 20000;
   std::atomic<int> wrong{0};
@@ -868,7 +893,7 @@ TEST_CASE("cache: threads whose read buffers fill replay them while other thread
   // One shard, few writes: each thread's buffer of reads fills long before a put replays it, so most
   // replays are a thread's own, under the writers' lock while the others go on reading.
   frugal::lru_cache<std::vector<int>> c({.max_entries = 64, .shards = 1});
-  frugal::lru_cache<std::vector<int>, frugal::tinylfu_admission> t({.max_entries = 64, .shards = 1});
+  frugal::tinylfu_cache<std::vector<int>> t({.max_entries = 64, .shards = 1});
   for (std::uint64_t key = 0; key < 64; ++key) {
     c.put(k(key), std::vector<int>(1 + key % 8, static_cast<int>(key)));
     t.put(k(key), std::vector<int>(1 + key % 8, static_cast<int>(key)));

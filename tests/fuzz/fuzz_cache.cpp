@@ -28,7 +28,7 @@ const bool tracing = std::getenv("FUZZ_TRACE") != nullptr;
   std::abort();
 }
 
-using cache_t = frugal::lru_cache64<std::string, frugal::lru_admission, frugal::manual_clock>;
+using cache_t = frugal::lru_cache64<std::string, frugal::manual_clock>;
 
 struct entry {
   std::uint64_t key;
@@ -123,7 +123,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* bytes, std::size_t siz
 
   frugal::manual_clock clock;
   std::vector<evicted> seen;
-  cache_t::options o{.max_entries = max_entries, .max_bytes = max_bytes, .ttl = ttl, .shards = 1};
+  cache_t::options_type o{.max_entries = max_entries, .max_bytes = max_bytes, .ttl = ttl, .shards = 1};
   o.weigher = [](const std::string& s) { return s.size(); };
   o.on_evict = [&seen](const frugal::key64& k, const std::shared_ptr<const std::string>& v,
                        frugal::eviction_cause c) {

@@ -22,8 +22,8 @@
 #include <utility>
 #include <vector>
 
+#include "frugal/cache/basic_cache.hpp"
 #include "frugal/cache/key.hpp"
-#include "frugal/cache/lru_cache.hpp"
 #include "frugal/config.hpp"
 #include "frugal/cost/ledger.hpp"
 #include "frugal/redis/client.hpp"
@@ -89,7 +89,7 @@ class redis_tier {
   explicit redis_tier(options_type o, Clock clock = {})
       : opts_(std::move(o)), clock_(clock), client_((detail::validate(opts_.redis), opts_.redis), clock) {
     if (opts_.local.max_entries != 0 || opts_.local.max_bytes != 0)
-      local_ = std::make_unique<lru_cache<V, lru_admission, Clock>>(opts_.local, clock);
+      local_ = std::make_unique<lru_cache<V, Clock>>(opts_.local, clock);
     const auto& r = opts_.redis;
     base_ = r.prefix + ":" + r.model + ":" + r.version + ":";
     ttl_ = std::to_string(r.ttl.count());
@@ -227,7 +227,7 @@ class redis_tier {
   breaker_state breaker() const { return client_.state(); }
 
   /// @brief The LRU in front, or null without one.
-  lru_cache<V, lru_admission, Clock>* local() noexcept { return local_.get(); }
+  lru_cache<V, Clock>* local() noexcept { return local_.get(); }
 
   redis_tier_stats stats() const {
     redis_tier_stats st;
@@ -503,7 +503,7 @@ class redis_tier {
   options_type opts_;
   Clock clock_;
   detail::redis_client<Clock> client_;
-  std::unique_ptr<lru_cache<V, lru_admission, Clock>> local_;
+  std::unique_ptr<lru_cache<V, Clock>> local_;
   std::string base_, ttl_, lock_ttl_, token_;
   std::mutex flights_mutex_;
   std::unordered_map<key128, std::shared_future<pointer>> flights_;
