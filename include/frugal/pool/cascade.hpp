@@ -100,6 +100,7 @@ class cascade {
         throw std::invalid_argument(at + ": cost_per_call must be in the currency of tiers[0]");
     }
     tiers_.resize(opts_.tiers.size());
+    for (const auto& t : opts_.tiers) handles_.push_back(pool.find(t.model));
   }
 
   /// @brief Runs the tiers in order until one's answer is not escalated (or the last). An exception from
@@ -155,7 +156,7 @@ class cascade {
   };
 
   Answer run_tier(std::size_t i, const Input& input) {
-    auto lease = pool_->acquire(opts_.tiers[i].model);
+    auto lease = pool_->acquire(handles_[i]);
     count(i, &counts::calls);
     return opts_.run(*lease, input);
   }
@@ -166,6 +167,7 @@ class cascade {
   }
 
   Pool* pool_;
+  std::vector<typename Pool::handle> handles_;  // the tiers' models, found once
   const options_type opts_;
   mutable std::mutex mutex_;
   std::uint64_t requests_ = 0;

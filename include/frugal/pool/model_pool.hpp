@@ -39,6 +39,12 @@ FRUGAL_BEGIN_NAMESPACE
 /// reload(spec) swaps a model for a new version without failing a request. A lease may outlive the pool:
 /// the model is then unloaded when the lease ends.
 ///
+/// A ready model is leased without the pool's mutex: a compare-and-swap on one of a few per-model gates
+/// (a thread's own, so that threads leasing one model do not contend), another at release, and a coarse
+/// clock read when the last lease ends (see detail::release_stamp). Recency, for idle unload and for
+/// least-recently-used eviction, is the time of a model's last release on Clock: models released within
+/// one tick (of CLOCK_MONOTONIC_COARSE for steady_clock, 1-4 ms) are equally recent and go in config order.
+///
 /// @tparam Model the loaded model; leases hand out Model&. With max_users other than 1, several threads
 ///               use one Model at once.
 /// @tparam Args  the loader's arguments in each model_spec (model_args, a string map, by default).
@@ -58,16 +64,12 @@ class model_pool {
   class lease {
    public:
     lease() noexcept = default;
-    lease(lease&& o) noexcept
-        : core_(std::move(o.core_)),
-          slot_(std::exchange(o.slot_, nullptr)),
-          model_(std::exchange(o.model_, nullptr)) {}
+    lease(lease&& o) noexcept : core_(std::exchange(o.core_, nullptr)), g_(o.g_) {}
     lease& operator=(lease&& o) noexcept {
       if (this != &o) {
         reset();
-        core_ = std::move(o.core_);
-        slot_ = std::exchange(o.slot_, nullptr);
-        model_ = std::exchange(o.model_, nullptr);
+        core_ = std::exchange(o.core_, nullptr);
+        g_ = o.g_;
       }
       return *this;
     }
@@ -75,35 +77,40 @@ class model_pool {
     lease& operator=(const lease&) = delete;
     ~lease() { reset(); }
 
-    Model& operator*() const noexcept { return *model_; }
-    Model* operator->() const noexcept { return model_; }
-    Model* get() const noexcept { return model_; }
-    explicit operator bool() const noexcept { return model_ != nullptr; }
-    const std::string& name() const noexcept { return slot_->name; }
+    Model& operator*() const noexcept { return *g_.model; }
+    Model* operator->() const noexcept { return g_.model; }
+    Model* get() const noexcept { return core_ != nullptr ? g_.model : nullptr; }
+    explicit operator bool() const noexcept { return core_ != nullptr; }
+    const std::string& name() const noexcept { return g_.s->name; }
     /// @brief Ends the lease now (the destructor does the same); the model becomes idle if no other is held.
     void reset() noexcept {
-      if (slot_ != nullptr) {
-        core_->release(*slot_, model_);
-        slot_ = nullptr;
-        model_ = nullptr;
-        core_.reset();
-      }
+      if (core_ != nullptr) std::exchange(core_, nullptr)->release(g_);
     }
 
    private:
     friend class model_pool;
-    lease(std::shared_ptr<core_type> core, typename core_type::slot& s, Model* model) noexcept
-        : core_(std::move(core)), slot_(&s), model_(model) {}
+    lease(core_type* core, typename core_type::grant g) noexcept : core_(core), g_(g) {}
 
-    std::shared_ptr<core_type> core_;
-    typename core_type::slot* slot_ = nullptr;
-    Model* model_ = nullptr;
+    core_type* core_ = nullptr;  // kept alive by this lease if the pool has gone (see ~model_pool)
+    typename core_type::grant g_{};
+  };
+
+  /// @brief A model of the pool, found once by name: acquire(handle) skips the name's lookup. Valid for
+  /// the pool's lifetime; copyable.
+  class handle {
+   public:
+    const std::string& name() const noexcept { return s_->name; }
+
+   private:
+    friend class model_pool;
+    explicit handle(typename core_type::slot& s) noexcept : s_(&s) {}
+    typename core_type::slot* s_;
   };
 
   /// @brief Validates the options (std::invalid_argument naming the field or model); loads nothing (see
   /// load_pinned) and starts the collector thread if collect_interval is set.
   explicit model_pool(options_type opts, Clock clock = {})
-      : core_(std::make_shared<core_type>(std::move(opts), std::move(clock))) {
+      : core_(std::make_unique<core_type>(std::move(opts), std::move(clock))) {
     const auto interval = core_->options().collect_interval;
     if (interval.count() > 0) {
       collector_ = std::jthread([core = core_.get(), interval](std::stop_token stop) {
@@ -118,22 +125,33 @@ class model_pool {
   }
   model_pool(const model_pool&) = delete;
   model_pool& operator=(const model_pool&) = delete;
-  /// @brief Stops the collector and unloads every model not leased; leased ones go when their lease ends.
+  /// @brief Stops the collector and unloads every model not leased; leased ones go when their lease ends,
+  /// and the last of those leases frees what is left of the pool.
   ~model_pool() {
     if (collector_.joinable()) {
       collector_.request_stop();
       collector_.join();
     }
-    core_->close();
+    if (!core_->close()) (void)core_.release();  // the last lease deletes it
   }
+
+  /// @brief The handle of a model; throws unknown_model.
+  handle find(std::string_view name) const { return handle(core_->slot_of(name)); }
 
   /// @brief A lease on the model, loading it first if needed. Throws unknown_model, model_too_large,
   /// pool_exhausted or model_busy (after acquire_timeout), load_backoff, or the loader's own exception.
+  /// A ready model under max_users is leased without a lock: one compare-and-swap here and one at release.
   lease acquire(std::string_view name) { return acquire(name, core_->options().acquire_timeout); }
   /// @brief As acquire(name), waiting at most timeout for room or for a lease under max_users.
   lease acquire(std::string_view name, std::chrono::nanoseconds timeout) {
-    const auto g = core_->acquire(name, timeout);
-    return lease(core_, *g.s, g.model);
+    return lease(core_.get(), core_->acquire(name, timeout));
+  }
+  /// @brief As acquire(name), without the name's lookup.
+  lease acquire(handle h) { return acquire(h, core_->options().acquire_timeout); }
+  lease acquire(handle h, std::chrono::nanoseconds timeout) {
+    if (timeout.count() < 0)
+      throw std::invalid_argument("frugal::model_pool::acquire: timeout must not be negative");
+    return lease(core_.get(), core_->acquire(*h.s_, timeout));
   }
 
   /// @brief Loads the model if needed and leaves it loaded but idle (an acquire whose lease ends at once).
@@ -170,7 +188,7 @@ class model_pool {
   const options_type& options() const noexcept { return core_->options(); }
 
  private:
-  std::shared_ptr<core_type> core_;
+  std::unique_ptr<core_type> core_;
   std::jthread collector_;
 };
 

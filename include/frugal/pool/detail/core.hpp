@@ -1,10 +1,13 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
+#include <bit>
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <ctime>
 #include <exception>
 #include <functional>
 #include <memory>
@@ -13,12 +16,15 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
 #include "frugal/config.hpp"
 #include "frugal/cost/histogram.hpp"
+#include "frugal/detail/spin.hpp"
+#include "frugal/pool/detail/gate.hpp"
 #include "frugal/pool/errors.hpp"
 #include "frugal/pool/options.hpp"
 
@@ -67,16 +73,39 @@ class pool_core {
 
   struct slot {
     explicit slot(spec_type s) : name(s.name), spec(std::make_shared<const spec_type>(std::move(s))) {}
-    const std::string name;
+    // The lease path: the gate stripes (see pool_gate), each with the time its last lease ended, and on
+    // a line that only reloads and loads write, the current version's model and max_users.
+    struct alignas(64) stripe {
+      std::atomic<std::uint64_t> gate{0};
+      std::atomic<typename Clock::rep> released_at{0};
+    };
+    stripe stripes[pool_stripes];
+    alignas(64) std::atomic<Model*> live{nullptr};
+    std::atomic<std::size_t> live_max_users{0};
+    // Under the lock: the current generation and the acquires folded out of the gates.
+    std::uint32_t gen = 0;
+    std::uint64_t acquires = 0;
+
+    // Leases on the current version, over the stripes (exact under the lock once the gates are closed).
+    std::size_t users() const noexcept {
+      std::size_t n = 0;
+      for (const stripe& st : stripes) n += pool_gate::users(st.gate.load(std::memory_order_acquire));
+      return n;
+    }
+    // When the model's last lease ended (or it loaded), in Clock ticks.
+    typename Clock::rep released_at() const noexcept {
+      typename Clock::rep t = stripes[0].released_at.load(std::memory_order_relaxed);
+      for (const stripe& st : stripes) t = std::max(t, st.released_at.load(std::memory_order_relaxed));
+      return t;
+    }
+
+    alignas(64) const std::string name;
     // Replaced by reload; a load in flight keeps the copy it started with.
     std::shared_ptr<const spec_type> spec;
     model_state state = model_state::unloaded;
     std::unique_ptr<Model> model;
     std::size_t charged = 0;      // bytes against the budget now
     std::size_t known_bytes = 0;  // measured by the last good load; the next load's charge
-    std::size_t users = 0;
-    std::uint64_t last_use = 0;  // the pool's use sequence at the last acquire or release, for LRU
-    time_point idle_since{};
     time_point loaded_at{};
     time_point retry_at{};
     std::shared_ptr<pool_flight> flight;
@@ -100,34 +129,84 @@ class pool_core {
 
   const options_type& options() const noexcept { return opts_; }
 
-  // A lease's two halves, both read under the lock: a reload may swap the slot's model right after.
+  // A lease: the slot, the version's model and its generation. A reload may replace the slot's model
+  // right after, so all three are read at once: the model and the generation that the gate's
+  // compare-exchange checked, or under the lock.
   struct grant {
     slot* s;
     Model* model;
+    std::uint32_t gen;
+    std::size_t stripe;
   };
+
+  // The slot of a name, for a handle that skips the lookup; throws unknown_model.
+  slot& slot_of(std::string_view name) const { return find(name); }
 
   grant acquire(std::string_view name, std::chrono::nanoseconds timeout) {
     if (timeout.count() < 0)
       throw std::invalid_argument("frugal::model_pool::acquire: timeout must not be negative");
-    // The deadline is read off the clock only if the acquire has to wait: a ready model costs no clock read.
+    // by_name_ never changes after construction, so the lookup needs no lock.
+    return acquire(find(name), timeout);
+  }
+
+  grant acquire(slot& s, std::chrono::nanoseconds timeout) {
+    grant g{};
+    if (try_acquire(s, g)) [[likely]]
+      return g;
+    return acquire_locked(s, timeout);
+  }
+
+  // A lease on the ready version without the lock: one compare-exchange on the gate, which fails if the
+  // gate closed or took a new generation since it was read, so that `live` read in between is the model
+  // of the generation leased. False sends the caller to the lock: the model is not ready, at max_users,
+  // or the gate's acquire count is due to be folded.
+  bool try_acquire(slot& s, grant& out) noexcept {
+    const std::size_t limit = s.live_max_users.load(std::memory_order_acquire);
+    const std::size_t k = limit == 0 ? pool_stripe_of_this_thread() : 0;
+    auto& gate = s.stripes[k].gate;
+    std::uint64_t g = gate.load(std::memory_order_acquire);
+    // A reload may have changed max_users, and with it the stripe to count on: the lock sorts that out.
+    if (s.live_max_users.load(std::memory_order_relaxed) != limit) return false;
+    for (;;) {
+      if ((g & pool_gate::open) == 0) return false;
+      const std::size_t users = pool_gate::users(g);
+      if (users >= pool_gate::max_users || (limit != 0 && users >= limit) ||
+          (g & pool_gate::acquire_mask) == pool_gate::acquire_mask)
+        return false;
+      Model* m = s.live.load(std::memory_order_acquire);
+      if (gate.compare_exchange_weak(g, g + pool_gate::acquire_one + 1, std::memory_order_acq_rel,
+                                     std::memory_order_acquire)) {
+        out = {&s, m, pool_gate::gen(g), k};
+        return true;
+      }
+    }
+  }
+
+  grant acquire_locked(slot& s, std::chrono::nanoseconds timeout) {
+    // The deadline is read off the clock only if the acquire has to wait.
     lazy_deadline deadline{timeout};
     std::unique_lock lock(mutex_);
-    slot& s = find(name);
     ++acquires_;
     bool waited_for_load = false;
+    waiter waits(*this);
     for (;;) {
       if (closed_) throw pool_error(s.name, "frugal::model_pool: the pool is closed");
       switch (s.state) {
-        case model_state::ready:
-          if (s.spec->max_users != 0 && s.users >= s.spec->max_users) {
-            if (!wait_until(lock, deadline.get())) {
-              ++busy_;
-              throw model_busy(s.name, s.spec->max_users);
-            }
+        case model_state::ready: {
+          fold_acquires(s);
+          grant g{};
+          // Under the lock the gate of a ready model is open; only the lease limits can refuse.
+          if (try_take(s, g)) return g;
+          if (!waits.held()) {
+            waits.raise();
             continue;
           }
-          take(s);
-          return {&s, s.model.get()};
+          if (!wait_until(lock, deadline.get())) {
+            ++busy_;
+            throw model_busy(s.name, effective_max_users(*s.spec));
+          }
+          continue;
+        }
         case model_state::loading:
         case model_state::warming: {
           const std::shared_ptr<pool_flight> f = s.flight;
@@ -158,35 +237,67 @@ class pool_core {
           }
           std::vector<victim> victims;
           if (!make_room(need, nullptr, victims)) {
+            if (!victims.empty()) {  // a model taken meanwhile cut the room short: look again
+              lock.unlock();
+              dispose(victims);
+              lock.lock();
+              continue;
+            }
+            if (!waits.held()) {
+              waits.raise();
+              continue;
+            }
             if (!wait_until(lock, deadline.get())) {
               ++exhausted_;
               throw pool_exhausted(s.name, need, used_, used_ - freeable_bytes(nullptr), opts_.budget_bytes);
             }
             continue;
           }
+          waits.drop();  // load returns without the lock
           return load(lock, s, need, std::move(victims));
         }
       }
     }
   }
 
-  void release(slot& s, const Model* m) noexcept {
+  // Ends a lease. Without the lock when the version is still current and nobody waits: one
+  // compare-exchange, and the release stamp when it was the last lease.
+  void release(const grant& l) noexcept {
+    auto& st = l.s->stripes[l.stripe];
+    std::uint64_t g = st.gate.load(std::memory_order_relaxed);
+    for (;;) {
+      if ((g & (pool_gate::open | pool_gate::waiters)) != pool_gate::open || pool_gate::gen(g) != l.gen)
+        break;
+      if (pool_gate::users(g) == 1) st.released_at.store(release_stamp(clock_), std::memory_order_relaxed);
+      if (st.gate.compare_exchange_weak(g, g - 1, std::memory_order_release, std::memory_order_relaxed))
+        return;
+    }
+    release_locked(l);
+  }
+
+  // A release under the lock: of a retired version, of a closed pool's model, or with waiters to wake.
+  // The last lease of a closed pool whose owner has gone deletes the core.
+  void release_locked(const grant& l) noexcept {
     std::vector<victim> victims;
-    bool wake = false;
+    bool last = false;
     {
       std::lock_guard lock(mutex_);
-      // Only acquires and reloads waiting for room or for a lease under max_users (wait_until) wait for a
-      // lease to end; without them the notify is skipped.
-      wake = waiting_ > 0;
-      --leases_;
-      if (m == s.model.get()) {
-        --s.users;
-        s.last_use = ++use_seq_;
-        s.idle_since = clock_.now();
-        if (closed_ && s.users == 0 && s.state == model_state::ready) unload(s, victims, unload_kind::close);
+      slot& s = *l.s;
+      auto& st = s.stripes[l.stripe];
+      std::uint64_t g = st.gate.load(std::memory_order_relaxed);
+      if (pool_gate::gen(g) == l.gen && l.model == s.model.get()) {
+        // Fast releases may still change an open gate: decrement with a compare-exchange.
+        while (
+            !st.gate.compare_exchange_weak(g, g - 1, std::memory_order_acq_rel, std::memory_order_relaxed)) {
+        }
+        if (pool_gate::users(g) == 1) {
+          st.released_at.store(release_stamp(clock_), std::memory_order_relaxed);
+          if (closed_ && s.state == model_state::ready && close_idle_gate(s))
+            unload(s, victims, unload_kind::close);
+        }
       } else {
         for (auto it = s.retired.begin(); it != s.retired.end(); ++it) {
-          if (it->model.get() != m) continue;
+          if (it->model.get() != l.model) continue;
           if (--it->users == 0) {
             s.byte_seconds += byte_seconds_between(it->charged, it->loaded_at, clock_.now());
             used_ -= it->charged;
@@ -197,9 +308,13 @@ class pool_core {
           break;
         }
       }
+      // Acquires and reloads waiting for room or for a lease under max_users; notified under the lock,
+      // which an orphaned core's last release must not touch after it unlocks.
+      if (waiting_ > 0) cv_.notify_all();
+      last = orphaned_ && leases_locked() == 0;
     }
-    if (wake) cv_.notify_all();
     dispose(victims);
+    if (last) delete this;
   }
 
   std::size_t collect_idle() {
@@ -209,8 +324,11 @@ class pool_core {
       const time_point now = clock_.now();
       for (auto& p : slots_) {
         slot& s = *p;
-        if (s.state == model_state::ready && s.users == 0 && !s.reloading && !s.spec->pinned &&
-            s.spec->idle_unload_after.count() > 0 && now - s.idle_since >= s.spec->idle_unload_after)
+        if (s.state != model_state::ready || s.reloading || s.spec->pinned ||
+            s.spec->idle_unload_after.count() <= 0 || s.users() != 0)
+          continue;
+        const time_point since{typename Clock::duration(s.released_at())};
+        if (now - since >= s.spec->idle_unload_after && close_idle_gate(s))
           unload(s, victims, unload_kind::idle);
       }
     }
@@ -219,16 +337,29 @@ class pool_core {
     return victims.size();
   }
 
-  void close() noexcept {
+  // Closes the pool: unloads every model not leased, and closes the gates so that the last leases end
+  // under the lock. True when no lease is held: the core may go; otherwise the last release deletes it.
+  bool close() noexcept {
     std::vector<victim> victims;
+    bool idle = false;
     {
       std::lock_guard lock(mutex_);
       closed_ = true;
-      for (auto& p : slots_)
-        if (p->state == model_state::ready && p->users == 0) unload(*p, victims, unload_kind::close);
+      for (auto& p : slots_) {
+        slot& s = *p;
+        if (s.state != model_state::ready) continue;
+        if (close_idle_gate(s)) {
+          unload(s, victims, unload_kind::close);
+        } else {
+          (void)close_gates(s);
+        }
+      }
+      idle = leases_locked() == 0;
+      orphaned_ = !idle;
     }
     cv_.notify_all();
     dispose(victims);
+    return idle;
   }
 
   model_state state(std::string_view name) const {
@@ -264,7 +395,7 @@ class pool_core {
     st.too_large = too_large_;
     st.backoff_refusals = backoff_refusals_;
     st.over_budget_loads = over_budget_loads_;
-    st.leases = leases_;
+    st.leases = leases_locked();
     st.waiting = waiting_;
     st.cold_start = cold_start_.snapshot();
     for (const auto& p : slots_) {
@@ -273,7 +404,9 @@ class pool_core {
       m.name = s.name;
       m.state = s.state;
       m.pinned = s.spec->pinned;
-      m.users = s.users;
+      m.users = s.users();
+      st.acquires += s.acquires;
+      for (const auto& stripe : s.stripes) st.acquires += pool_gate::acquires(stripe.gate.load());
       m.bytes = s.charged;
       for (const auto& r : s.retired) {
         m.retired_bytes += r.charged;
@@ -370,13 +503,35 @@ class pool_core {
     return now + std::chrono::duration_cast<std::chrono::steady_clock::duration>(timeout);
   }
 
-  // False once the deadline has passed.
+  // Held by an acquire or reload while it waits for room or for a lease under max_users (under the
+  // lock). The first raises every gate's waiters bit, which sends each release that could end such a
+  // wait to the lock, where it wakes the waiters; the last lowers it. Raise it before checking the
+  // condition once more, so that no release between that check and the wait goes unseen.
+  class waiter {
+   public:
+    explicit waiter(pool_core& c) noexcept : c_(c) {}
+    waiter(const waiter&) = delete;
+    waiter& operator=(const waiter&) = delete;
+    ~waiter() { drop(); }
+    bool held() const noexcept { return held_; }
+    void raise() noexcept {
+      if (held_) return;
+      held_ = true;
+      if (c_.waiting_++ == 0) c_.mark_waiters(true);
+    }
+    void drop() noexcept {
+      if (!held_) return;
+      held_ = false;
+      if (--c_.waiting_ == 0) c_.mark_waiters(false);
+    }
+
+   private:
+    pool_core& c_;
+    bool held_ = false;
+  };
+
+  // With a waiter held: false once the deadline has passed.
   bool wait_until(std::unique_lock<std::mutex>& lock, std::chrono::steady_clock::time_point deadline) {
-    ++waiting_;
-    struct done {
-      std::size_t& n;
-      ~done() { --n; }
-    } d{waiting_};
     if (deadline == std::chrono::steady_clock::time_point::max()) {
       cv_.wait(lock);
       return true;
@@ -390,14 +545,112 @@ class pool_core {
     return *it->second;
   }
 
-  void take(slot& s) noexcept {
-    ++s.users;
-    ++leases_;
-    s.last_use = ++use_seq_;
+  static std::size_t effective_max_users(const spec_type& spec) noexcept {
+    const auto limit = static_cast<std::size_t>(pool_gate::max_users);
+    return spec.max_users == 0 ? limit : std::min(spec.max_users, limit);
+  }
+
+  // Under the lock, on a ready model: a lease through the gate, unless max_users are held.
+  bool try_take(slot& s, grant& out) noexcept {
+    const std::size_t k = s.spec->max_users == 0 ? pool_stripe_of_this_thread() : 0;
+    auto& gate = s.stripes[k].gate;
+    std::uint64_t g = gate.load(std::memory_order_acquire);
+    for (;;) {
+      if (pool_gate::users(g) >= effective_max_users(*s.spec)) return false;
+      if (gate.compare_exchange_weak(g, g + 1, std::memory_order_acq_rel, std::memory_order_acquire)) {
+        out = {&s, s.model.get(), pool_gate::gen(g), k};
+        return true;
+      }
+    }
+  }
+
+  // Under the lock: moves the gates' acquire counts into the slot's total.
+  void fold_acquires(slot& s) noexcept {
+    for (auto& st : s.stripes) {
+      std::uint64_t g = st.gate.load(std::memory_order_relaxed);
+      while (!st.gate.compare_exchange_weak(g, g & ~pool_gate::acquire_mask, std::memory_order_acq_rel,
+                                            std::memory_order_relaxed)) {
+      }
+      s.acquires += pool_gate::acquires(g);
+    }
+  }
+
+  // Under the lock: closes the gates of a model that no lease holds, so that no acquire can take it until
+  // they are opened again; false (and the gates left as they were) when a lease is held. Closed gates
+  // change only under the lock, so the ones closed before a held one is found are put back exactly.
+  bool close_idle_gate(slot& s) noexcept {
+    std::uint64_t before[pool_stripes];
+    for (std::size_t i = 0; i < pool_stripes; ++i) {
+      auto& gate = s.stripes[i].gate;
+      std::uint64_t g = gate.load(std::memory_order_acquire);
+      for (;;) {
+        if (pool_gate::users(g) != 0) {
+          for (std::size_t j = 0; j < i; ++j) s.stripes[j].gate.store(before[j], std::memory_order_release);
+          return false;
+        }
+        if (gate.compare_exchange_weak(g, g & ~(pool_gate::open | pool_gate::acquire_mask),
+                                       std::memory_order_acq_rel, std::memory_order_acquire))
+          break;
+      }
+      before[i] = g;
+    }
+    for (const std::uint64_t g : before) s.acquires += pool_gate::acquires(g);
+    return true;
+  }
+
+  // Under the lock: closes the gates with their leases in them (a reload's swap, the pool's end); returns
+  // the leases, which no acquire can add to until the gates open again.
+  std::size_t close_gates(slot& s) noexcept {
+    std::size_t users = 0;
+    for (auto& st : s.stripes) {
+      std::uint64_t g = st.gate.load(std::memory_order_acquire);
+      while (!st.gate.compare_exchange_weak(g, g & ~pool_gate::open, std::memory_order_acq_rel,
+                                            std::memory_order_acquire)) {
+      }
+      users += pool_gate::users(g);
+    }
+    return users;
+  }
+
+  // Under the lock: the slot's model becomes the new current version, with `users` leases (on stripe 0),
+  // behind gates of a new generation (closed if the pool is). Its gates are closed, and none holds a lease.
+  void open_gate(slot& s, std::size_t users) noexcept {
+    fold_acquires(s);
+    s.gen = (s.gen + 1) & static_cast<std::uint32_t>(pool_gate::gen_mask >> pool_gate::gen_shift);
+    s.live.store(s.model.get(), std::memory_order_release);
+    s.live_max_users.store(s.spec->max_users, std::memory_order_release);
+    const std::uint64_t g = (closed_ ? 0 : pool_gate::open) | (waiting_ > 0 ? pool_gate::waiters : 0) |
+                            (static_cast<std::uint64_t>(s.gen) << pool_gate::gen_shift);
+    for (std::size_t i = 0; i < pool_stripes; ++i)
+      s.stripes[i].gate.store(g | (i == 0 ? users : 0), std::memory_order_release);
+  }
+
+  // Under the lock: raises or lowers every gate's waiters bit, as the first acquire starts to wait or
+  // the last stops.
+  void mark_waiters(bool on) noexcept {
+    for (auto& p : slots_) {
+      for (auto& st : p->stripes) {
+        if (on) {
+          st.gate.fetch_or(pool_gate::waiters, std::memory_order_acq_rel);
+        } else {
+          st.gate.fetch_and(~pool_gate::waiters, std::memory_order_acq_rel);
+        }
+      }
+    }
+  }
+
+  // Under the lock: the leases held, on current and retired versions.
+  std::size_t leases_locked() const noexcept {
+    std::size_t n = 0;
+    for (const auto& p : slots_) {
+      n += p->users();
+      for (const auto& r : p->retired) n += r.users;
+    }
+    return n;
   }
 
   static bool evictable(const slot& s) noexcept {
-    return s.state == model_state::ready && s.users == 0 && !s.reloading && !s.spec->pinned;
+    return s.state == model_state::ready && s.users() == 0 && !s.reloading && !s.spec->pinned;
   }
 
   static double byte_seconds_between(std::size_t bytes, time_point from, time_point to) {
@@ -409,12 +662,22 @@ class pool_core {
   bool make_room(std::size_t need, const slot* keep, std::vector<victim>& victims) {
     if (fits(need)) return true;
     if (used_ - freeable_bytes(keep) + need > opts_.budget_bytes) return false;
+    // Least recently released first (ties in config order). A model leased without the lock after it
+    // was counted as freeable refuses to close its gate and is passed over.
+    std::vector<slot*> passed;
     while (!fits(need)) {
       slot* lru = nullptr;
       for (const auto& p : slots_)
-        if (p.get() != keep && evictable(*p) && (lru == nullptr || p->last_use < lru->last_use))
+        if (p.get() != keep && evictable(*p) &&
+            std::find(passed.begin(), passed.end(), p.get()) == passed.end() &&
+            (lru == nullptr || p->released_at() < lru->released_at()))
           lru = p.get();
-      unload(*lru, victims, unload_kind::eviction);
+      if (lru == nullptr) return false;
+      if (close_idle_gate(*lru)) {
+        unload(*lru, victims, unload_kind::eviction);
+      } else {
+        passed.push_back(lru);
+      }
     }
     return true;
   }
@@ -430,7 +693,9 @@ class pool_core {
     return used_ <= opts_.budget_bytes && need <= opts_.budget_bytes - used_;
   }
 
+  // Under the lock, with the slot's gate closed and no lease held.
   void unload(slot& s, std::vector<victim>& victims, unload_kind kind) {
+    s.live.store(nullptr, std::memory_order_relaxed);
     s.byte_seconds += byte_seconds_between(s.charged, s.loaded_at, clock_.now());
     used_ -= s.charged;
     s.charged = 0;
@@ -515,19 +780,21 @@ class pool_core {
   }
 
   // Under the lock: the new model becomes the slot's current one, charged `measured` bytes.
-  void install(slot& s, attempt& a, std::size_t measured, std::vector<victim>& more) {
+  void install(slot& s, attempt& a, std::size_t measured, std::vector<victim>& more, std::size_t users) {
     s.charged = measured;
     s.known_bytes = measured;
     if (!fits(0) && !make_room(0, &s, more)) ++over_budget_loads_;
     s.model = std::move(a.got.model);
     s.state = model_state::ready;
     s.loaded_at = a.end;
-    s.idle_since = a.end;
+    for (auto& st : s.stripes)
+      st.released_at.store(a.end.time_since_epoch().count(), std::memory_order_relaxed);
     ++s.loads;
     s.failures_in_row = 0;
     s.last_error.clear();
     s.load_time_total += a.took;
     s.last_load_time = a.took;
+    open_gate(s, users);
   }
 
   void record_load(std::chrono::nanoseconds took) noexcept {
@@ -555,6 +822,7 @@ class pool_core {
     std::unique_ptr<Model> discard;
     std::vector<victim> more;
     Model* model = nullptr;
+    std::uint32_t gen = 0;
     lock.lock();
     const std::size_t measured = measured_bytes(s, a, need);
     if (a.error) {
@@ -574,10 +842,10 @@ class pool_core {
       f->error = a.error;
     } else {
       used_ = used_ - need + measured;
-      install(s, a, measured, more);
+      install(s, a, measured, more, 1);
       cold_start_.record(static_cast<std::uint64_t>(a.took.count()));
-      take(s);
       model = s.model.get();
+      gen = s.gen;
     }
     f->done = true;
     s.flight.reset();
@@ -587,7 +855,7 @@ class pool_core {
     dispose(more);
     if (a.error) std::rethrow_exception(a.error);
     record_load(a.took);
-    return {&s, model};
+    return {&s, model, gen, 0};
   }
 
  public:
@@ -608,6 +876,7 @@ class pool_core {
     slot& s = find(spec->name);
     std::vector<victim> victims;
     const std::size_t need = spec->estimated_bytes;
+    waiter waits(*this);
     for (;;) {
       if (closed_) throw pool_error(s.name, "frugal::model_pool: the pool is closed");
       if (s.reloading) {
@@ -628,19 +897,29 @@ class pool_core {
         throw model_too_large(s.name, need, opts_.budget_bytes);
       }
       if (make_room(need, &s, victims)) break;
-      if (s.users == 0) {
+      if (!victims.empty()) {  // a model taken meanwhile cut the room short: look again
+        lock.unlock();
+        dispose(victims);
+        victims.clear();
+        lock.lock();
+        continue;
+      }
+      if (close_idle_gate(s)) {
         unload(s, victims, unload_kind::reload);
         swap_spec(s, spec);
+        waits.drop();
         lock.unlock();
         dispose(victims);
         const auto left =
             std::max(deadline - std::chrono::steady_clock::now(), std::chrono::steady_clock::duration(0));
-        const grant loaded =
-            acquire(s.name, deadline == std::chrono::steady_clock::time_point::max()
-                                ? std::chrono::nanoseconds::max()
-                                : std::chrono::duration_cast<std::chrono::nanoseconds>(left));
-        release(*loaded.s, loaded.model);
+        release(acquire(s, deadline == std::chrono::steady_clock::time_point::max()
+                               ? std::chrono::nanoseconds::max()
+                               : std::chrono::duration_cast<std::chrono::nanoseconds>(left)));
         return;
+      }
+      if (!waits.held()) {
+        waits.raise();
+        continue;
       }
       if (!wait_until(lock, deadline)) {
         ++exhausted_;
@@ -648,6 +927,7 @@ class pool_core {
       }
     }
 
+    waits.drop();
     used_ += need;
     s.reloading = true;
     lock.unlock();
@@ -667,17 +947,18 @@ class pool_core {
     } else {
       used_ = used_ - need + measured;
       s.byte_seconds += byte_seconds_between(s.charged, s.loaded_at, a.end);
-      if (s.users > 0) {
-        s.retired.push_back({std::move(s.model), s.users, s.charged, a.end, s.spec});
+      // Close the current version's gate: its leases (counted now, none can be added) move with it.
+      const std::size_t users = close_gates(s);
+      if (users > 0) {
+        s.retired.push_back({std::move(s.model), users, s.charged, a.end, s.spec});
       } else {
         used_ -= s.charged;
         ++s.unloads;
         more.push_back({std::move(s.model), s.spec});
       }
-      s.users = 0;
       s.spec = spec;
       ++s.reloads;
-      install(s, a, measured, more);
+      install(s, a, measured, more, 0);
     }
     lock.unlock();
     cv_.notify_all();
@@ -704,13 +985,12 @@ class pool_core {
   std::vector<std::unique_ptr<slot>> slots_;
   std::unordered_map<std::string, slot*, pool_string_hash, std::equal_to<>> by_name_;
   std::size_t used_ = 0;
-  std::size_t leases_ = 0;
   std::size_t waiting_ = 0;
-  std::uint64_t use_seq_ = 0;
   std::uint64_t acquires_ = 0, load_waits_ = 0, exhausted_ = 0, busy_ = 0, too_large_ = 0,
                 backoff_refusals_ = 0, over_budget_loads_ = 0;
   cost::log_linear_histogram cold_start_;
   bool closed_ = false;
+  bool orphaned_ = false;  // closed with leases held: the last release deletes the core
 };
 
 }  // namespace detail
