@@ -169,7 +169,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   };
   fc::ledger<frugal::manual_clock> ledger(std::move(o), clock);
   const fc::tag_id tags[] = {ledger.tag("chat"), ledger.tag("search")};
-  std::uint64_t want_requests = 0, want_batches = 0, want_loads = 0;
+  std::uint64_t want_requests = 0, want_batches = 0, want_loads = 0, want_escalations = 0;
   saved_figures saved;
   counters last = read(ledger.snapshot());
 
@@ -230,9 +230,23 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       }
       case 6: {
         const auto d = duration(fdp);
-        const std::uint64_t redone = fdp.ConsumeIntegral<std::uint64_t>();
-        expect(bad_device || !in_range(d), "record_preemption",
-               [&] { ledger.record_preemption(device, redone, d); });
+        switch (fdp.ConsumeIntegralInRange<int>(0, 2)) {
+          case 0: {
+            const std::uint64_t redone = fdp.ConsumeIntegral<std::uint64_t>();
+            expect(bad_device || !in_range(d), "record_preemption",
+                   [&] { ledger.record_preemption(device, redone, d); });
+            break;
+          }
+          case 1:
+            expect(!in_range(d), "record_escalation", [&] { ledger.record_escalation(tag, d); });
+            want_escalations += in_range(d);
+            break;
+          default: {
+            const auto spent = duration(fdp);
+            expect(!in_range(d) || !in_range(spent), "record_cascade_answer",
+                   [&] { ledger.record_cascade_answer(tag, d, spent); });
+          }
+        }
         break;
       }
       case 7: {
@@ -271,6 +285,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     fail("batches counted", static_cast<long long>(now.batches), static_cast<long long>(want_batches));
   if (now.loads != want_loads)
     fail("model loads counted", static_cast<long long>(now.loads), static_cast<long long>(want_loads));
+  if (s.total.escalations != want_escalations)
+    fail("escalations counted", static_cast<long long>(s.total.escalations),
+         static_cast<long long>(want_escalations));
   check_exports(s);
   return 0;
 }

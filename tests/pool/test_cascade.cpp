@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "frugal/clock.hpp"
+#include "frugal/cost/export.hpp"
+#include "frugal/cost/ledger.hpp"
 #include "frugal/cost/money.hpp"
 #include "frugal/pool.hpp"
 
@@ -182,4 +184,71 @@ TEST_CASE("cascade: concurrent requests are all counted") {
   CHECK(st.requests == 400);
   CHECK(st.tiers[0].escalated == 200);
   CHECK(st.tiers[1].answered == 200);
+}
+
+TEST_CASE(
+    "cascade: with a ledger, each tier is a priced feature with its escalation rate and what the cascade "
+    "saved against the last tier alone") {
+  fixture f;
+  frugal::cost::ledger<frugal::manual_clock> ledger(
+      {.prices = {{.gpu_class = "L4", .on_demand = frugal::cost::rate::per_hour(money::parse("$0.80"))}},
+       .devices = {{.gpu_class = "L4"}}},
+      f.clock);
+  auto o = two_tiers();
+  // A small call takes 1 ms and a large one 10 ms, on the ledger's (manual) clock.
+  o.run = [&](graded_model& m, const int& x) {
+    f.clock.advance(m.name == "small" ? std::chrono::milliseconds(1) : std::chrono::milliseconds(10));
+    return answer{m.name, x % m.sure_of == 0 ? 0.9 : 0.4};
+  };
+  o.ledger = &ledger;
+  cascade_t c(f.pool, o);
+  for (int x = 0; x < 10; ++x) (void)c(x);  // the evens stop at small (x = 0 before large ever ran)
+
+  const auto snap = ledger.snapshot();
+  const auto* small = snap.find("small");
+  const auto* large = snap.find("large");
+  REQUIRE(small != nullptr);
+  REQUIRE(large != nullptr);
+  CHECK(small->requests == 10);
+  CHECK(small->busy == std::chrono::milliseconds(10));
+  CHECK(small->escalations == 5);
+  CHECK(small->escalation_rate == doctest::Approx(0.5));
+  CHECK(large->requests == 5);
+  CHECK(large->busy == std::chrono::milliseconds(50));
+  CHECK(large->escalations == 0);
+  // Always the large tier: 10 x 10 ms. The cascade: 10 x 1 ms + 5 x 10 ms. Saved: 40 ms, booked on small,
+  // x = 0's answer priced once large had run.
+  CHECK(small->cascade_saved_time == std::chrono::milliseconds(40));
+  CHECK(large->cascade_saved_time == std::chrono::nanoseconds(0));
+  CHECK(snap.total.cascade_saved_time == std::chrono::milliseconds(40));
+  CHECK(small->cascade_saved == small->busy_cost * 4);
+  CHECK(small->busy_cost.nanos() > 0);
+  const std::string prom = frugal::cost::to_prometheus(snap);
+  CHECK(prom.find("frugal_cascade_escalations_total{feature=\"small\"} 5") != std::string::npos);
+  CHECK(prom.find("frugal_cascade_saved_seconds{feature=\"small\"} 0.04") != std::string::npos);
+  const std::string json = frugal::cost::to_json(snap);
+  CHECK(json.find("\"escalations\":5,\"escalation_rate\":0.5,\"cascade_saved_seconds\":0.04") !=
+        std::string::npos);
+}
+
+TEST_CASE("cascade: escalations that cost more than they save show as a negative saving") {
+  fixture f;
+  frugal::cost::ledger<frugal::manual_clock> ledger(
+      {.prices = {{.gpu_class = "L4", .on_demand = frugal::cost::rate::per_hour(money::parse("$0.80"))}},
+       .devices = {{.gpu_class = "L4"}}},
+      f.clock);
+  auto o = two_tiers();
+  o.run = [&](graded_model& m, const int&) {
+    f.clock.advance(m.name == "small" ? std::chrono::milliseconds(4) : std::chrono::milliseconds(10));
+    return answer{m.name, m.name == "small" ? 0.4 : 0.9};  // small is never sure
+  };
+  o.ledger = &ledger;
+  cascade_t c(f.pool, o);
+  for (int x = 0; x < 3; ++x) CHECK(c(x).tier == 1);
+  const auto snap = ledger.snapshot();
+  CHECK(snap.find("small")->escalation_rate == doctest::Approx(1.0));
+  CHECK(snap.total.cascade_saved_time == -std::chrono::milliseconds(12));
+  CHECK(snap.find("small")->cascade_saved.nanos() < 0);
+  o.ledger_device = 1;
+  CHECK(invalid(f, o).find("ledger_device 1 is not a device of the ledger (it has 1)") != std::string::npos);
 }

@@ -191,6 +191,19 @@ inline std::string to_prometheus(const ledger_snapshot& s) {
            "Of the money the cache saved, what semantic hits saved (estimated), by feature.");
   for (const auto& t : s.tags)
     w.sample("frugal_semantic_saved_" + cur, feature(t), t.semantic_saved.to_decimal());
+  w.family("frugal_cascade_escalations_total", "counter",
+           "Requests a cascade's tier passed on to the next tier, by feature (the tier's tag).");
+  for (const auto& t : s.tags)
+    w.sample("frugal_cascade_escalations_total", feature(t), std::to_string(t.escalations));
+  w.family("frugal_cascade_saved_seconds", "gauge",
+           "GPU time a cascade's tier saved against sending every request to the last tier (negative when "
+           "escalations cost more), by feature.");
+  for (const auto& t : s.tags)
+    w.sample("frugal_cascade_saved_seconds", feature(t), seconds(t.cascade_saved_time));
+  w.family("frugal_cascade_saved_" + cur, "gauge",
+           "Money a cascade's tier saved against sending every request to the last tier, by feature.");
+  for (const auto& t : s.tags)
+    w.sample("frugal_cascade_saved_" + cur, feature(t), t.cascade_saved.to_decimal());
   w.family("frugal_cache_saved_seconds", "gauge", "GPU time the cache saved (estimated), by feature.");
   for (const auto& t : s.tags)
     w.sample("frugal_cache_saved_seconds", feature(t), seconds(t.cache_saved_time));
@@ -274,7 +287,8 @@ inline std::string to_prometheus(const ledger_snapshot& s) {
 /// busy_cost, overhead_cost, idle_cost, unallocated_idle, utilization, idle_sharing, features[] and total
 /// (each: name, requests, outcomes{}, batches, batched_items, tokens_in, tokens_out, busy_seconds, busy_cost,
 /// idle_share, cost, cost_per_request, mean_batch_size, fill, cache_hits, cache_hit_ratio,
-/// cache_saved_seconds, cache_saved, semantic_hits, semantic_saved_seconds, semantic_saved,
+/// cache_saved_seconds, cache_saved, semantic_hits, semantic_saved_seconds, semantic_saved, escalations,
+/// escalation_rate, cascade_saved_seconds, cascade_saved,
 /// batch_model{valid,a_seconds,b_seconds}, batching_saved_seconds,
 /// batching_saved, latency_seconds{p50,p90,p99, p999}), devices[] (name, gpu_class, billing, hourly_price,
 /// busy_seconds, load_seconds, idle_seconds, utilization, paid, busy_cost, overhead_cost, idle_cost,
@@ -311,7 +325,10 @@ inline std::string to_json(const ledger_snapshot& s) {
          ",\"cache_saved_seconds\":" + sec(t.cache_saved_time) + ",\"cache_saved\":" + m(t.cache_saved) +
          ",\"semantic_hits\":" + std::to_string(t.semantic_hits) +
          ",\"semantic_saved_seconds\":" + sec(t.semantic_saved_time) +
-         ",\"semantic_saved\":" + m(t.semantic_saved) +
+         ",\"semantic_saved\":" + m(t.semantic_saved) + ",\"escalations\":" + std::to_string(t.escalations) +
+         ",\"escalation_rate\":" + detail::json_num(t.escalation_rate) +
+         ",\"cascade_saved_seconds\":" + sec(t.cascade_saved_time) +
+         ",\"cascade_saved\":" + m(t.cascade_saved) +
          ",\"batch_model\":{\"valid\":" + (t.model.valid ? "true" : "false") +
          ",\"a_seconds\":" + detail::json_num(t.model.a_ns / 1e9) +
          ",\"b_seconds\":" + detail::json_num(t.model.b_ns / 1e9) +

@@ -341,6 +341,26 @@ class ledger {
     local_stripe().add(tag.value * stride_ + detail::f_remote_faults, 1);
   }
 
+  /// @brief A cascade's tier (this tag) passed a request on to the next tier after `spent` of its own
+  /// model time (frugal::cascade records it when given a ledger).
+  void record_escalation(tag_id tier, std::chrono::nanoseconds spent) {
+    check_tag(tier, "record_escalation");
+    check_duration(spent, "record_escalation", "spent");
+    detail::stripe& s = local_stripe();
+    s.add(tier.value * stride_ + detail::f_escalations, 1);
+    s.add(tier.value * stride_ + detail::f_cascade_spent, static_cast<std::uint64_t>(spent.count()));
+  }
+  /// @brief A cascade's tier (this tag), not the last, answered a request after `spent` of its own model
+  /// time, so the last tier's call, which takes `avoided`, was not made.
+  void record_cascade_answer(tag_id tier, std::chrono::nanoseconds avoided, std::chrono::nanoseconds spent) {
+    check_tag(tier, "record_cascade_answer");
+    check_duration(avoided, "record_cascade_answer", "avoided");
+    check_duration(spent, "record_cascade_answer", "spent");
+    detail::stripe& s = local_stripe();
+    s.add(tier.value * stride_ + detail::f_cascade_avoided, static_cast<std::uint64_t>(avoided.count()));
+    s.add(tier.value * stride_ + detail::f_cascade_spent, static_cast<std::uint64_t>(spent.count()));
+  }
+
   /// @brief Records a model load on a device that took `duration` (overhead: paid, not serving).
   void record_model_load(std::size_t device, std::chrono::nanoseconds duration) {
     check_device(device, "record_model_load");
@@ -427,6 +447,8 @@ class ledger {
   /// @brief The same as snapshot(), by the name every frugal component uses.
   ledger_snapshot stats() const { return snapshot(); }
 
+  /// @brief The ledger's clock, for callers that time work they book here (e.g. frugal::cascade).
+  const Clock& clock() const noexcept { return clock_; }
   const ledger_options& options() const noexcept { return options_; }
 
  private:

@@ -123,6 +123,14 @@ struct tag_figures {
   std::uint64_t semantic_hits = 0;
   std::chrono::nanoseconds semantic_saved_time{0};
   money semantic_saved{};
+  /// A cascade's tier (frugal::cascade with a ledger): requests this tier passed on to the next, over its
+  /// requests; and what the cascade saved on this tier against sending every request to the last tier:
+  /// the last tier's time avoided by this tier's answers, less this tier's own time on the requests it
+  /// answered or passed on. Negative when escalating costs more than it saves.
+  std::uint64_t escalations = 0;
+  double escalation_rate = 0;
+  std::chrono::nanoseconds cascade_saved_time{0};
+  money cascade_saved{};
   batch_model model{};
   std::chrono::nanoseconds batching_saved_time{0};  ///< b·(items − batches): fixed costs not paid per request
   money batching_saved{};
@@ -176,6 +184,9 @@ enum field : std::size_t {
   f_semantic_hits_explicit,
   f_semantic_saved_explicit,
   f_semantic_hits_implicit,
+  f_escalations,
+  f_cascade_avoided,
+  f_cascade_spent,
   f_fixed_count,
 };
 enum device_field : std::size_t {
@@ -340,6 +351,10 @@ inline void count_figures(tag_figures& t, const std::array<std::uint64_t, f_fixe
                  : 0;
   t.semantic_saved_time = ns_of(c[f_semantic_saved_explicit] + semantic_implicit);
   t.semantic_saved = money::from_nanos(0, cur);
+  t.escalations = c[f_escalations];
+  t.escalation_rate = t.requests ? std::min(1.0, double(t.escalations) / double(t.requests)) : 0;
+  t.cascade_saved_time = ns_of(c[f_cascade_avoided]) - ns_of(c[f_cascade_spent]);
+  t.cascade_saved = money::from_nanos(0, cur);
   t.model = fit_batch_model(c);
   // With least squares the residuals sum to zero, so the busy time paid equals a·items + b·batches, and
   // running each request alone, items·(a + b), would have cost b·(items − batches) more.
@@ -471,13 +486,18 @@ inline ledger_snapshot derive(std::shared_ptr<const ledger_config> cfg, raw_stat
     };
     t.cache_saved = price(t.cache_saved_time);
     t.batching_saved = price(t.batching_saved_time);
+    t.cascade_saved =
+        t.cascade_saved_time.count() >= 0 ? price(t.cascade_saved_time) : zero - price(-t.cascade_saved_time);
   }
 
   tag_figures& tot = s.total;
   tot.name = "total";
   count_figures(tot, all, all_busy, std::move(all_hist), k.cur);
-  tot.cache_saved_time = tot.batching_saved_time = nanoseconds(0);
+  tot.cache_saved_time = tot.batching_saved_time = tot.cascade_saved_time = nanoseconds(0);
+  tot.cascade_saved = zero;
   for (const tag_figures& t : s.tags) {
+    tot.cascade_saved += t.cascade_saved;
+    tot.cascade_saved_time += t.cascade_saved_time;
     tot.busy_cost += t.busy_cost;
     tot.idle_share += t.idle_share;
     tot.cache_saved += t.cache_saved;

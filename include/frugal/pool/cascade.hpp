@@ -1,5 +1,6 @@
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "frugal/config.hpp"
+#include "frugal/cost/ledger.hpp"
 #include "frugal/cost/money.hpp"
 #include "frugal/pool/errors.hpp"
 
@@ -23,7 +25,7 @@ struct cascade_tier {
 };
 
 /// @brief A cascade's settings; a plain aggregate for designated initializers.
-template <class Model, class Input, class Answer>
+template <class Model, class Input, class Answer, class Clock = std::chrono::steady_clock>
 struct cascade_options {
   /// Cheapest first; at least one, each a model of the pool, no model twice.
   std::vector<cascade_tier> tiers{};
@@ -32,6 +34,12 @@ struct cascade_options {
   /// Given a tier's answer and the tier's index, true sends the input on to the next tier. It is never
   /// called for the last tier, whose answer is final. Required.
   std::function<bool(const Answer&, std::size_t)> escalate{};
+  /// Optional: a ledger to book each tier's calls in, under a tag named after the tier's model: every
+  /// call's model time as a batch of one on ledger_device and as a request (so the ledger prices each
+  /// tier), every escalation, and for every answer below the last tier the last tier's mean call time
+  /// it avoided (the ledger's escalation_rate and cascade_saved by tier). Must outlive the cascade.
+  cost::ledger<Clock>* ledger = nullptr;
+  std::size_t ledger_device = 0;
 };
 
 /// @brief What a cascade returns: the final answer and the tier (index) that gave it.
@@ -74,7 +82,7 @@ template <class Pool, class Input, class Answer>
 class cascade {
  public:
   using model_type = typename Pool::model_type;
-  using options_type = cascade_options<model_type, Input, Answer>;
+  using options_type = cascade_options<model_type, Input, Answer, typename Pool::clock_type>;
   using result = cascade_result<Answer>;
 
   /// @brief Throws std::invalid_argument naming the field when a tier is not a model of the pool, a model
@@ -101,6 +109,13 @@ class cascade {
     }
     tiers_.resize(opts_.tiers.size());
     for (const auto& t : opts_.tiers) handles_.push_back(pool.find(t.model));
+    if (opts_.ledger != nullptr) {
+      if (opts_.ledger_device >= opts_.ledger->options().devices.size())
+        throw std::invalid_argument(who + "ledger_device " + std::to_string(opts_.ledger_device) +
+                                    " is not a device of the ledger (it has " +
+                                    std::to_string(opts_.ledger->options().devices.size()) + ")");
+      for (const auto& t : opts_.tiers) tags_.push_back(opts_.ledger->tag(t.model));
+    }
   }
 
   /// @brief Runs the tiers in order until one's answer is not escalated (or the last). An exception from
@@ -112,10 +127,12 @@ class cascade {
     }
     for (std::size_t i = 0;; ++i) {
       bool last = i + 1 == opts_.tiers.size();
+      std::chrono::nanoseconds took{0};
       try {
-        Answer a = run_tier(i, input);
+        Answer a = run_tier(i, input, took);
         last = last || !opts_.escalate(a, i);
         count(i, last ? &counts::answered : &counts::escalated);
+        book(i, last, took);
         if (last) return {std::move(a), i};
       } catch (...) {
         count(i, &counts::failures);
@@ -155,10 +172,65 @@ class cascade {
     std::uint64_t calls = 0, answered = 0, escalated = 0, failures = 0;
   };
 
-  Answer run_tier(std::size_t i, const Input& input) {
+  // Runs tier i. With a ledger, `took` is the model call's time on the ledger's clock (the lease's wait
+  // and any cold start excluded), booked as the tier's batch and request, also when the call throws.
+  Answer run_tier(std::size_t i, const Input& input, std::chrono::nanoseconds& took) {
     auto lease = pool_->acquire(handles_[i]);
     count(i, &counts::calls);
+    if (opts_.ledger == nullptr) return opts_.run(*lease, input);
+    struct booked {
+      cascade& c;
+      std::size_t i;
+      std::chrono::nanoseconds& took;
+      typename Pool::clock_type::time_point t0 = c.opts_.ledger->clock().now();
+      int unwinding = std::uncaught_exceptions();
+      ~booked() {
+        took = std::chrono::duration_cast<std::chrono::nanoseconds>(c.opts_.ledger->clock().now() - t0);
+        try {
+          const auto o = std::uncaught_exceptions() > unwinding ? cost::outcome::error : cost::outcome::ok;
+          c.opts_.ledger->record_batch({.tag = c.tags_[i], .device = c.opts_.ledger_device, .busy = took});
+          c.opts_.ledger->record_request(c.tags_[i], took, o);
+        } catch (...) {  // a call the ledger refuses (past its range) is not booked
+        }
+      }
+    } b{*this, i, took};
     return opts_.run(*lease, input);
+  }
+
+  // After tier i answered (final) or passed the request on: the escalation, or the last tier's time that
+  // an answer below it avoided, at the last tier's mean call time so far. Answers given before the last
+  // tier has run once wait for its first call to be priced.
+  void book(std::size_t i, bool final, std::chrono::nanoseconds took) {
+    if (opts_.ledger == nullptr) return;
+    const std::size_t last = opts_.tiers.size() - 1;
+    try {
+      if (!final) {
+        opts_.ledger->record_escalation(tags_[i], took);
+        return;
+      }
+      std::vector<std::pair<std::size_t, unpriced>> flush;
+      std::chrono::nanoseconds mean{0};
+      {
+        std::lock_guard lock(mutex_);
+        if (i == last) {
+          last_calls_ += 1;
+          last_time_ += took;
+          if (last_calls_ == 1) {
+            for (std::size_t k = 0; k < last; ++k)
+              if (pending_[k].answers != 0) flush.emplace_back(k, std::exchange(pending_[k], unpriced{}));
+          }
+        } else if (last_calls_ == 0) {
+          pending_[i].answers += 1;
+          pending_[i].spent += took;
+        } else {
+          flush.emplace_back(i, unpriced{1, took});
+        }
+        if (last_calls_ != 0) mean = last_time_ / static_cast<std::int64_t>(last_calls_);
+      }
+      for (const auto& [k, u] : flush)
+        opts_.ledger->record_cascade_answer(tags_[k], mean * static_cast<std::int64_t>(u.answers), u.spent);
+    } catch (...) {  // as above: not booked
+    }
   }
 
   void count(std::size_t i, std::uint64_t counts::*field) {
@@ -166,12 +238,22 @@ class cascade {
     ++(tiers_[i].*field);
   }
 
+  // Answers below the last tier not yet priced (the last tier has not run).
+  struct unpriced {
+    std::uint64_t answers = 0;
+    std::chrono::nanoseconds spent{0};
+  };
+
   Pool* pool_;
   std::vector<typename Pool::handle> handles_;  // the tiers' models, found once
   const options_type opts_;
+  std::vector<cost::tag_id> tags_;  // the tiers' tags in the ledger, if any
   mutable std::mutex mutex_;
   std::uint64_t requests_ = 0;
   std::vector<counts> tiers_;
+  std::vector<unpriced> pending_ = std::vector<unpriced>(opts_.tiers.size());
+  std::uint64_t last_calls_ = 0;
+  std::chrono::nanoseconds last_time_{0};
 };
 
 FRUGAL_END_NAMESPACE
