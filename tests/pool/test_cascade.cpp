@@ -63,6 +63,14 @@ cascade_t::options_type two_tiers() {
           .escalate = [](const answer& a, std::size_t) { return a.confidence < 0.8; }};
 }
 
+// A ledger of one L4 at $0.80/h on the fixture's clock.
+frugal::cost::ledger<frugal::manual_clock> one_l4(const frugal::manual_clock& clock) {
+  return frugal::cost::ledger<frugal::manual_clock>(
+      {.prices = {{.gpu_class = "L4", .on_demand = frugal::cost::rate::per_hour(money::parse("$0.80"))}},
+       .devices = {{.gpu_class = "L4"}}},
+      clock);
+}
+
 std::string invalid(fixture& f, cascade_t::options_type o) {
   try {
     cascade_t c(f.pool, std::move(o));
@@ -190,10 +198,7 @@ TEST_CASE(
     "cascade: with a ledger, each tier is a priced feature with its escalation rate and what the cascade "
     "saved against the last tier alone") {
   fixture f;
-  frugal::cost::ledger<frugal::manual_clock> ledger(
-      {.prices = {{.gpu_class = "L4", .on_demand = frugal::cost::rate::per_hour(money::parse("$0.80"))}},
-       .devices = {{.gpu_class = "L4"}}},
-      f.clock);
+  auto ledger = one_l4(f.clock);
   auto o = two_tiers();
   // A small call takes 1 ms and a large one 10 ms, on the ledger's (manual) clock.
   o.run = [&](graded_model& m, const int& x) {
@@ -233,10 +238,7 @@ TEST_CASE(
 
 TEST_CASE("cascade: escalations that cost more than they save show as a negative saving") {
   fixture f;
-  frugal::cost::ledger<frugal::manual_clock> ledger(
-      {.prices = {{.gpu_class = "L4", .on_demand = frugal::cost::rate::per_hour(money::parse("$0.80"))}},
-       .devices = {{.gpu_class = "L4"}}},
-      f.clock);
+  auto ledger = one_l4(f.clock);
   auto o = two_tiers();
   o.run = [&](graded_model& m, const int&) {
     f.clock.advance(m.name == "small" ? std::chrono::milliseconds(4) : std::chrono::milliseconds(10));
