@@ -13,7 +13,7 @@ here=$(cd "$(dirname "$0")/../.." && pwd)
 build=${1:-$here/build/gpu}
 carry=$here/build/gpu-carry
 targets=(test_cuda_device test_cuda_fragments test_cuda_gemm_checks test_cuda_gemm test_cuda_faults test_cuda_weights
-  bench_gpu_gemm)
+  test_cuda_pool bench_gpu_gemm)
 
 cmake -S "$here" -B "$build" -DCMAKE_BUILD_TYPE=Release -DFRUGAL_ENABLE_CUDA=ON -DFRUGAL_BUILD_TESTS=ON \
   -DFRUGAL_BUILD_BENCHMARKS=ON -DFRUGAL_BUILD_EXAMPLES=OFF \

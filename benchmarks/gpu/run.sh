@@ -14,7 +14,8 @@
 # so the sum stays under 480): the device info; test_cuda_device, test_cuda_fragments, test_cuda_gemm_checks
 # (15 s each); test_cuda_gemm (every kernel against float64 host references and cuBLASLt, M = 1, 2, 3, 7, 16, 17,
 # ..., K and N tails; 180 s); test_cuda_faults (60 s); test_cuda_weights (the host toolkit's weights uploaded and
-# run against the host GEMMs; 15 s); bench_gpu_gemm (D2D copy roof, then fp16/bf16/int8 TN at
+# run against the host GEMMs; 15 s); test_cuda_pool (the model pool with a device-memory budget; 15 s);
+# bench_gpu_gemm (D2D copy roof, then fp16/bf16/int8 TN at
 # 4096^3 and 8192^3, M = 1, 16, 64 x 8192^2, weight-only M = 1, 16, 64 x 8192^2, all against cuBLASLt in the same
 # process; 120 s); bench_gpu_gemm --sweep (tuning data; what is left, at most 60 s).
 #
@@ -57,7 +58,8 @@ done
 export LD_LIBRARY_PATH="${libdirs}${LD_LIBRARY_PATH:-}"
 say "- library path: ${libdirs%:}"
 
-tests=(test_cuda_device test_cuda_fragments test_cuda_gemm_checks test_cuda_gemm test_cuda_faults test_cuda_weights)
+tests=(test_cuda_device test_cuda_fragments test_cuda_gemm_checks test_cuda_gemm test_cuda_faults test_cuda_weights
+  test_cuda_pool)
 bins=$carry/bin
 # A binary that cannot start (a missing library, a foreign loader) is rebuilt here with nvcc alone.
 startable=1
@@ -73,7 +75,7 @@ if ((startable == 0)); then
   mkdir -p "$bins"
   flags=(-std=c++20 -O2 -I"$here/include" -I"$here/cuda" -I"$here/tests/cuda" -I"$carry" -I"$carry/eigen3" -Xcompiler=-static-libstdc++
     -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90a,code=sm_90a --expt-relaxed-constexpr)
-  srcs=(test_device test_fragments test_gemm_checks test_gemm_gpu test_faults test_weights)
+  srcs=(test_device test_fragments test_gemm_checks test_gemm_gpu test_faults test_weights test_pool_device)
   for i in "${!tests[@]}"; do
     timeout "$(cap 240)" nvcc "${flags[@]}" "$here/tests/test_main.cpp" "$here/tests/cuda/${srcs[$i]}.cu" \
       -o "$bins/${tests[$i]}" -lcublasLt >"$logs/build_${tests[$i]}.log" 2>&1 &
@@ -112,6 +114,7 @@ run_test test_cuda_gemm_checks 15
 run_test test_cuda_gemm 180
 run_test test_cuda_faults 60
 run_test test_cuda_weights 15
+run_test test_cuda_pool 15
 if [[ -n "$failures" ]]; then
   say ""
   say "### First failing checks"
