@@ -29,6 +29,7 @@
 #include <thread>
 #include <vector>
 
+#include <frugal/cost/nvml.hpp>
 #include <frugal/frugal.hpp>
 #include <nlohmann/json.hpp>
 
@@ -544,8 +545,24 @@ class app {
     }
   }
 
-  // Sampled, not told: the process's CPU time and RSS once a second, into the ledger and /metrics.
+  // Sampled, not told, once a second, into the ledger and /metrics: GPU 0's utilisation and memory
+  // through NVML where the driver is (loaded at run time: a machine without one runs as well), and the
+  // process's CPU time and RSS always.
   void sample(std::stop_token st) {
+    std::string why;
+    std::optional<frugal::cost::nvml> gpu = frugal::cost::nvml::open("libnvidia-ml.so.1", &why);
+    try {
+      if (gpu && gpu->device_count() == 0) {
+        why = "NVML sees no GPU";
+        gpu.reset();
+      }
+    } catch (const std::exception& e) {
+      why = e.what();
+      gpu.reset();
+    }
+    std::fprintf(stderr, "frugal_server: device memory and utilisation from %s\n",
+                 gpu ? "GPU 0 (NVML)" : ("the process's RSS and CPU time (" + why + ")").c_str());
+    gpu_sampled_.store(gpu.has_value());
     double last_cpu = process_cpu_seconds();
     auto last = clock::now();
     while (!st.stop_requested()) {
@@ -558,7 +575,18 @@ class app {
       const double wall = std::chrono::duration<double>(now - last).count();
       cpu_utilization_.store(wall > 0 ? (cpu - last_cpu) / wall : 0);
       last_cpu = cpu, last = now;
-      ledger_.record_memory(0, resident_bytes(), physical_bytes());
+      bool sampled = false;
+      if (gpu) {
+        try {
+          const auto d = gpu->read(0);
+          gpu_utilization_.store(d.utilization);
+          ledger_.record_memory(0, d.used_bytes, d.total_bytes);
+          sampled = true;
+        } catch (const std::exception& e) {  // a failed read falls back to the process's figures this time
+          std::fprintf(stderr, "frugal_server: %s\n", e.what());
+        }
+      }
+      if (!sampled) ledger_.record_memory(0, resident_bytes(), physical_bytes());
       std::size_t depth = 0;
       for (const auto& r : routes_) depth += r->batcher->stats().queue_depth;
       ledger_.record_queue_depth(depth, opt_.max_queued * routes_.size());
@@ -623,6 +651,9 @@ class app {
         process_cpu_seconds());
     add("frugal_process_cpu_utilization", "gauge", "CPU seconds per second over the last sample (1 s).",
         cpu_utilization_.load());
+    if (gpu_sampled_.load())
+      add("frugal_device_utilization", "gauge", "GPU 0's utilisation over NVML's last sample period (0..1).",
+          gpu_utilization_.load());
     add("frugal_process_resident_bytes", "gauge", "Resident set size of the server process.",
         static_cast<double>(resident_bytes()));
     add("frugal_process_memory_ratio", "gauge", "Resident set over physical memory.",
@@ -735,6 +766,8 @@ class app {
   frugal::cost::tag_id default_tag_{};
   std::atomic<bool> ready_{false}, draining_{false};
   std::atomic<double> cpu_utilization_{0};
+  std::atomic<double> gpu_utilization_{0};
+  std::atomic<bool> gpu_sampled_{false};
   std::atomic<std::uint64_t> accepted_{0}, answered_{0};
   std::jthread sampler_;
   std::unique_ptr<semantic_route> semantic_;  // last: destroyed first, it calls into the pool

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "frugal/cost/nvml.hpp"
 #include "frugal/frugal.hpp"
 #include "frugal/job.hpp"
 #include "frugal/safetensors.hpp"
@@ -51,6 +52,9 @@ int main() {
   const q::row_matrix w = q::row_matrix::Random(16, 64), x = q::row_matrix::Random(4, 64);
   q::row_matrix y;
   q::gemm_w8a8(q::quantize_rows(x), q::quantize_weights_per_channel(w), y, {});
-  std::printf("%zu %d %d %g\n", out.size(), hit ? 1 : 0, f.get(), static_cast<double>(y(0, 0)));
+  std::string why;
+  const bool nvml = fc::nvml::open("libnvidia-ml.so.1", &why).has_value();
+  std::printf("%zu %d %d %g %d\n", out.size(), hit ? 1 : 0, f.get(), static_cast<double>(y(0, 0)),
+              nvml ? 1 : 0);
   return 0;
 }
