@@ -6,6 +6,8 @@
 
 #include "frugal/cost/nvml.hpp"
 
+#include "../support/errors.hpp"
+
 #ifndef FRUGAL_FAKE_NVML
 #  error "FRUGAL_FAKE_NVML: the path of the fake libnvidia-ml built beside this test"
 #endif
@@ -31,15 +33,7 @@ struct fake {
   int shutdowns() const { return fn<int (*)()>("fake_nvml_shutdowns")(); }
 };
 
-template <class F>
-std::string what_of(F&& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "(no exception)";
-}
+using frugal_test::what_of;
 
 }  // namespace
 

@@ -23,6 +23,8 @@
 #include "frugal/cost.hpp"
 #include "frugal/pool.hpp"
 
+#include "../support/errors.hpp"
+
 using namespace std::chrono_literals;
 
 namespace {
@@ -92,15 +94,7 @@ struct harness {
   std::vector<std::string> unloads_;
 };
 
-template <class F>
-std::string what_of(F&& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "(no exception)";
-}
+using frugal_test::what_of;
 
 std::string invalid_options(pool_t::options_type o) {
   try {
