@@ -76,7 +76,9 @@ void BM_frugal_callback(benchmark::State& state) {
   state.counters["fill"] = fill;
 }
 
-void BM_frugal_future(benchmark::State& state) {
+// The futures of batcher::submit (light_future, its default) or, converted, std::future.
+template <class Future>
+void frugal_futures(benchmark::State& state) {
   std::int64_t checksum = 0;
   double fill = 0;
   timed(state, [&](int producers, int per_producer) {
@@ -86,7 +88,7 @@ void BM_frugal_future(benchmark::State& state) {
     std::vector<std::thread> ps;
     for (int p = 0; p < producers; ++p) {
       ps.emplace_back([&, p] {
-        std::vector<std::future<int>> fs;
+        std::vector<Future> fs;
         fs.reserve(static_cast<std::size_t>(per_producer));
         for (int i = 0; i < per_producer; ++i) fs.push_back(b.submit(i));
         std::int64_t s = 0;
@@ -104,33 +106,8 @@ void BM_frugal_future(benchmark::State& state) {
   state.counters["fill"] = fill;
 }
 
-void BM_frugal_light_future(benchmark::State& state) {
-  std::int64_t checksum = 0;
-  double fill = 0;
-  timed(state, [&](int producers, int per_producer) {
-    frugal::batcher<int, int> b{bench_options(state)};
-    std::thread worker(frugal_worker, std::ref(b));
-    std::vector<counter> sums(static_cast<std::size_t>(producers));
-    std::vector<std::thread> ps;
-    for (int p = 0; p < producers; ++p) {
-      ps.emplace_back([&, p] {
-        std::vector<frugal::light_future<int>> fs;
-        fs.reserve(static_cast<std::size_t>(per_producer));
-        for (int i = 0; i < per_producer; ++i) fs.push_back(b.submit_light(i));
-        std::int64_t s = 0;
-        for (auto& f : fs) s += f.get();
-        sums[static_cast<std::size_t>(p)].value = s;
-      });
-    }
-    for (auto& t : ps) t.join();
-    b.close();
-    worker.join();
-    for (auto& s : sums) checksum += s.value.load();
-    fill = b.stats().mean_fill_ratio;
-  });
-  benchmark::DoNotOptimize(checksum);
-  state.counters["fill"] = fill;
-}
+void BM_frugal_future(benchmark::State& state) { frugal_futures<frugal::light_future<int>>(state); }
+void BM_frugal_std_future(benchmark::State& state) { frugal_futures<std::future<int>>(state); }
 
 template <class Queue, class Worker>
 void baseline_run(Queue& q, Worker work, int producers, int per_producer, std::int64_t& checksum) {
@@ -192,7 +169,7 @@ void shapes(benchmark::internal::Benchmark* b) {
 
 BENCHMARK(BM_frugal_callback)->Apply(shapes);
 BENCHMARK(BM_frugal_future)->Apply(shapes);
-BENCHMARK(BM_frugal_light_future)->Apply(shapes);
+BENCHMARK(BM_frugal_std_future)->Apply(shapes);
 BENCHMARK(BM_count_batcher)->Apply(shapes);
 BENCHMARK(BM_naive_queue)
     ->ArgNames({"producers", "batch"})

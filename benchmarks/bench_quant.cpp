@@ -250,7 +250,7 @@ void set_flops(benchmark::State& st, const gemm_case& c) {
 
 // Shapes as (M, N=K): 1 x 4096 x 4096, 16 x 4096 x 4096, 1024 x 1024 x 1024.
 void gemm_shapes(benchmark::internal::Benchmark* b) {
-  b->Args({1, 4096})->Args({16, 4096})->Args({1024, 1024})->Unit(benchmark::kMillisecond);
+  b->Args({1, 4096})->Args({16, 4096})->Args({64, 4096})->Args({1024, 1024})->Unit(benchmark::kMillisecond);
 }
 
 void BM_gemm_eigen_fp32(benchmark::State& st) {
@@ -281,21 +281,25 @@ BENCHMARK(BM_gemm_eigen_fp32_native)->Apply(gemm_shapes);
 void BM_gemm_w8a8(benchmark::State& st) {
   auto c = make_case(st.range(0), st.range(1));
   const auto qw = q::quantize_weights_per_channel(c.w);
-  const auto qa = q::quantize_rows(c.x);
+  // Argument 3: 1 for 7-bit activations (reduce_range), which AVX2 runs through vpmaddubsw.
+  const bool reduce = st.range(3) != 0;
+  const auto qa = q::quantize_rows(c.x, {.reduce_range = reduce});
   const auto path = static_cast<q::simd_path>(st.range(2));
   for (auto _ : st) {
     q::gemm_w8a8(qa, qw, c.out, {.path = path});
     benchmark::ClobberMemory();
   }
-  st.SetLabel(q::to_string(path));
+  st.SetLabel(std::string(q::to_string(path)) + (reduce ? " reduce_range" : ""));
   set_flops(st, c);
 }
 void w8a8_args(benchmark::internal::Benchmark* b) {
-  for (auto shape : {std::pair{1, 4096}, std::pair{16, 4096}, std::pair{1024, 1024}})
+  for (auto shape : {std::pair{1, 4096}, std::pair{16, 4096}, std::pair{64, 4096}, std::pair{1024, 1024}}) {
     for (auto p : {q::simd_path::avx512_vnni, q::simd_path::avx_vnni, q::simd_path::avx2})
-      if (q::is_supported(p) && (p == q::simd_path::avx512_vnni || shape.first == 1024))
-        b->Args({shape.first, shape.second, static_cast<int>(p)});
-  b->Unit(benchmark::kMillisecond);
+      if (q::is_supported(p)) b->Args({shape.first, shape.second, static_cast<int>(p), 0});
+    if (q::is_supported(q::simd_path::avx2))
+      b->Args({shape.first, shape.second, static_cast<int>(q::simd_path::avx2), 1});
+  }
+  b->ArgNames({"m", "nk", "path", "reduce"})->Unit(benchmark::kMillisecond);
 }
 BENCHMARK(BM_gemm_w8a8)->Apply(w8a8_args);
 

@@ -25,7 +25,7 @@ try:
 except ImportError:
     sys.exit("report.py needs matplotlib (the peer venv has it: see benchmarks/models/README.md)")
 
-FRUGAL = ["fp32", "fp16", "bf16", "int8", "int8-per-channel", "int8-per-tensor", "int4"]
+FRUGAL = ["fp32", "fp16", "bf16", "int8", "int8-per-channel", "int8-per-tensor", "int8-7bit", "int4"]
 PRETTY = {
     "fp32": "frugal fp32",
     "fp16": "frugal fp16",
@@ -33,6 +33,7 @@ PRETTY = {
     "int8": "frugal int8 SmoothQuant",
     "int8-per-channel": "frugal int8 per-channel",
     "int8-per-tensor": "frugal int8 per-tensor",
+    "int8-7bit": "frugal int8 SmoothQuant, 7-bit acts",
     "int4": "frugal int4 g128",
     "ort-fp32": "ORT fp32",
     "ort-int8": "ORT int8 dynamic",
@@ -167,6 +168,12 @@ def main():
     started = open(os.path.join(w, "started")).read().strip() if os.path.exists(os.path.join(w, "started")) else \
         datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     isa = a.isa.split()
+    # FRUGAL_MAX_CPU_ISA (as run.sh passed it to frugal_embed) lowers what frugal may use.
+    cap = os.environ.get("FRUGAL_MAX_CPU_ISA", "")
+    order = ["portable", "avx2", "avx_vnni", "avx512", "avx512_vnni"]
+    if cap in order:
+        allowed = order[:order.index(cap) + 1]
+        isa = [f for f in isa if f in allowed or (f == "avx512f" and "avx512" in allowed)]
     int8_path = ("avx512_vnni" if "avx512_vnni" in isa else "avx_vnni" if "avx_vnni" in isa else
                  "avx2" if "avx2" in isa else "portable")
     L.append("# MiniLM (all-MiniLM-L6-v2): frugal precisions against onnxruntime")
@@ -180,7 +187,9 @@ def main():
     L.append(f"- **CPU:** {a.cpu_model}, {a.nproc} cores; ISA flags present: {a.isa or 'none of avx2 avx512f avx512_vnni avx_vnni'}")
     L.append(f"- **ISA paths:** frugal's int8 GEMMs dispatch at run time to the best of avx512_vnni > avx_vnni > avx2 > "
              f"portable, so here **{int8_path}**"
-             + (" (no VNNI: int8 dot products go through vpmaddubsw/vpmaddwd)" if int8_path == "avx2" else "")
+             + (f" (capped by FRUGAL_MAX_CPU_ISA={cap})" if cap else "")
+             + (" (no VNNI: 8-bit activations widen to int16 for vpmaddwd, 7-bit ones take vpmaddubsw)"
+                if int8_path == "avx2" else "")
              + "; frugal's fp32 GEMMs are Eigen built with -march=native. onnxruntime picks its own kernels (MLAS) "
                "for the same CPU.")
     if a.commit:

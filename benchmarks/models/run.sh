@@ -8,7 +8,8 @@
 # default build/venv-peer, created when missing), WORK (scratch folder, default build/models-bench),
 # REPS (frugal processes per precision and thread count, best taken; default 3), PEER_REPS (timed ORT
 # passes after a warm-up, best taken; default 3), INPUT_ORDER (1: also time ORT batching in input order
-# at 2 threads, one pass; default 1), JOBS (build parallelism, default 2).
+# at 2 threads, one pass; default 1), JOBS (build parallelism, default 2), PRECISIONS (frugal's, space
+# separated), FRUGAL_MAX_CPU_ISA (caps frugal's kernels, e.g. avx2 to time an AVX2-only CPU's paths).
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -24,7 +25,7 @@ peer_reps=${PEER_REPS:-3}
 jobs=${JOBS:-2}
 fixture=$root/tests/models/fixtures/embeddings.jsonl
 calibration=$root/tests/models/fixtures/calibration.txt
-precisions=(fp32 fp16 bf16 int8 int8-per-channel int8-per-tensor int4)
+precisions=(${PRECISIONS:-fp32 fp16 bf16 int8 int8-per-channel int8-per-tensor int8-7bit int4})
 threads=(1 2)
 batch=32
 
@@ -98,6 +99,7 @@ for f in avx2 avx512f avx512_vnni avx_vnni; do
 done
 isa=${isa% }
 echo "models: CPU ${cpu_model:-unknown}; ISA flags present: ${isa:-none of avx2 avx512f avx512_vnni avx_vnni}" >&2
+[[ -n ${FRUGAL_MAX_CPU_ISA:-} ]] && echo "models: frugal capped at FRUGAL_MAX_CPU_ISA=$FRUGAL_MAX_CPU_ISA" >&2
 
 commit=$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)
 dirty=$(git -C "$root" status --porcelain -- include examples/models benchmarks/models ':!benchmarks/models/results' \
@@ -105,4 +107,4 @@ dirty=$(git -C "$root" status --porcelain -- include examples/models benchmarks/
 [[ -z $dirty ]] || commit="$commit, plus uncommitted ${dirty% }"
 "$py" "$here/report.py" --work "$work" --out "$out" --fixture "$fixture" --cpu-model "${cpu_model:-unknown}" \
   --isa "$isa" --load-start "$load_start" --load-end "$load_end" --nproc "$(nproc)" --commit "$commit" \
-  --command "benchmarks/models/run.sh${1:+ $1}" --reps "$reps" --peer-reps "$peer_reps" --batch "$batch"
+  --command "${FRUGAL_MAX_CPU_ISA:+FRUGAL_MAX_CPU_ISA=$FRUGAL_MAX_CPU_ISA }${PRECISIONS:+PRECISIONS=\"$PRECISIONS\" }${INPUT_ORDER:+INPUT_ORDER=$INPUT_ORDER }benchmarks/models/run.sh${1:+ $1}" --reps "$reps" --peer-reps "$peer_reps" --batch "$batch"

@@ -95,7 +95,7 @@ std::vector<cycle> run(const params& p, const std::string& prec,
                    [&](const frugal::model_spec<>& s) {
                      const auto t0 = clock_type::now();
                      bert::load_options o{.weights = bert::parse_precision(s.args.at("precision"))};
-                     if (o.weights == bert::precision::int8) o.calibration = calibration;
+                     if (bert::needs_calibration(o.weights)) o.calibration = calibration;
                      auto m = std::make_unique<bert::encoder>(bert::encoder::load(s.args.at("dir"), o));
                      loader_ms = std::chrono::duration<double, std::milli>(clock_type::now() - t0).count();
                      const std::size_t bytes = m->linear_bytes() + m->other_bytes();

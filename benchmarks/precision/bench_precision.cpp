@@ -24,7 +24,9 @@ namespace {
 namespace fq = frugal::quant;
 using fq::row_matrix;
 
-enum class precision { fp32, fp16, bf16, w8a8, w8a8_sq, w8a16, w4a16 };
+// _r7: the same with 7-bit activations (quantize_rows' reduce_range), which AVX2 without VNNI runs through
+// vpmaddubsw; the row shows what that bit costs.
+enum class precision { fp32, fp16, bf16, w8a8, w8a8_sq, w8a8_r7, w8a8_sq_r7, w8a16, w4a16 };
 
 const char* name_of(precision p) {
   switch (p) {
@@ -38,6 +40,10 @@ const char* name_of(precision p) {
       return "int8_w8a8";
     case precision::w8a8_sq:
       return "int8_w8a8_smoothquant";
+    case precision::w8a8_r7:
+      return "int8_w8a8_reduce_range";
+    case precision::w8a8_sq_r7:
+      return "int8_w8a8_smoothquant_reduce_range";
     case precision::w8a16:
       return "w8a16";
     case precision::w4a16:
@@ -121,6 +127,8 @@ struct problem {
         return n * k * 2;
       case precision::w8a8:
       case precision::w8a8_sq:
+      case precision::w8a8_r7:
+      case precision::w8a8_sq_r7:
       case precision::w8a16:
         return w_i8.memory_bytes();
       case precision::w4a16:
@@ -277,6 +285,16 @@ void bm_gemm(benchmark::State& state, precision prec, bool cold) {
         fq::gemm_w8a8(qa, pb.w_i8_smooth, outs);
         break;
       }
+      case precision::w8a8_r7: {
+        const fq::quantized_activations qa = fq::quantize_rows(x32, m, k, {.reduce_range = true});
+        fq::gemm_w8a8(qa, pb.w_i8, outs);
+        break;
+      }
+      case precision::w8a8_sq_r7: {
+        const fq::quantized_activations qa = fq::quantize_rows(xs32, m, k, {.reduce_range = true});
+        fq::gemm_w8a8(qa, pb.w_i8_smooth, outs);
+        break;
+      }
       case precision::w8a16:
         fq::gemm_weight_only(x16, m, pb.w_i8, outs);
         break;
@@ -326,8 +344,9 @@ int main(int argc, char** argv) {
 #endif
   // The square layer at every M; an LLM MLP up-projection (Llama-2-7B, 4096 -> 11008) at three.
   const shape shapes[] = {{4096, 4096, {1, 4, 16, 64, 256}}, {11008, 4096, {1, 16, 256}}};
-  const precision all[] = {precision::fp32,    precision::fp16,  precision::bf16, precision::w8a8,
-                           precision::w8a8_sq, precision::w8a16, precision::w4a16};
+  const precision all[] = {precision::fp32,       precision::fp16,    precision::bf16,
+                           precision::w8a8,       precision::w8a8_sq, precision::w8a8_r7,
+                           precision::w8a8_sq_r7, precision::w8a16,   precision::w4a16};
   for (const shape& s : shapes)
     for (precision p : all)
       for (std::int64_t m : s.ms)

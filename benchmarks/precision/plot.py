@@ -21,13 +21,16 @@ try:
 except ImportError:
     sys.exit("plot.py needs matplotlib: apt-get install -y python3-matplotlib")
 
-ORDER = ["fp32", "fp16", "bf16", "int8_w8a8", "int8_w8a8_smoothquant", "w8a16", "w4a16_g128"]
+ORDER = ["fp32", "fp16", "bf16", "int8_w8a8", "int8_w8a8_smoothquant", "int8_w8a8_reduce_range",
+         "int8_w8a8_smoothquant_reduce_range", "w8a16", "w4a16_g128"]
 PRETTY = {
     "fp32": "fp32 (Eigen)",
     "fp16": "fp16 weights+acts",
     "bf16": "bf16 weights+acts",
     "int8_w8a8": "int8 W8A8",
     "int8_w8a8_smoothquant": "int8 W8A8 + SmoothQuant",
+    "int8_w8a8_reduce_range": "int8 W8A8, 7-bit acts",
+    "int8_w8a8_smoothquant_reduce_range": "int8 W8A8 + SQ, 7-bit acts",
     "w8a16": "W8A16 (int8 weight-only)",
     "w4a16_g128": "W4A16 (int4 g128)",
 }
@@ -37,10 +40,13 @@ COLORS = {
     "bf16": "#17becf",
     "int8_w8a8": "#d62728",
     "int8_w8a8_smoothquant": "#ff7f0e",
+    "int8_w8a8_reduce_range": "#e377c2",
+    "int8_w8a8_smoothquant_reduce_range": "#bcbd22",
     "w8a16": "#2ca02c",
     "w4a16_g128": "#9467bd",
 }
-MARKERS = {"fp32": "o", "fp16": "s", "bf16": "D", "int8_w8a8": "^", "int8_w8a8_smoothquant": "v", "w8a16": "P",
+MARKERS = {"fp32": "o", "fp16": "s", "bf16": "D", "int8_w8a8": "^", "int8_w8a8_smoothquant": "v",
+           "int8_w8a8_reduce_range": "<", "int8_w8a8_smoothquant_reduce_range": ">", "w8a16": "P",
            "w4a16_g128": "X"}
 MIB = 1024.0 * 1024.0
 

@@ -156,7 +156,7 @@ std::unique_ptr<text_model> load_model(const std::string& dir, const std::string
   } catch (const std::invalid_argument& e) {
     throw usage_error(std::string("--precision: ") + e.what());
   }
-  if (opt.weights == bert::precision::int8) {
+  if (bert::needs_calibration(opt.weights)) {
     if (calibration.empty()) throw usage_error("--precision int8 needs --calibration FILE");
     opt.calibration = read_lines(calibration);
   }
@@ -233,7 +233,8 @@ int fortunes(const std::string& dir, const std::string& path, std::uint64_t repe
 
 const char* usage_text =
     "usage: frugal_batch_job --input IN --output OUT --checkpoint-dir DIR [--model DIR|stand-in]\n"
-    "         [--precision fp32|fp16|bf16|int8|int8-per-channel|int8-per-tensor|int4] [--calibration FILE]\n"
+    "         [--precision fp32|fp16|bf16|int8|int8-per-channel|int8-per-tensor|int8-7bit|int4] "
+    "[--calibration FILE]\n"
     "         [--threads N] [--every N] [--every-ms N] [--batch N] [--name NAME] [--errors PATH]\n"
     "         [--deadline-ms N] [--stop-on-bad] [--ledger FILE [--billing spot|on_demand] [--price MONEY]]\n"
     "       frugal_batch_job --fortunes DIR PATH [--repeat K]\n"

@@ -6,7 +6,9 @@
 //   fp16, bf16  weights stored in 16 bits, widened per call by frugal::quant::convert
 //   int8        W8A8 on frugal's int8 kernels: per-channel weights, per-token dynamic activations, and
 //               SmoothQuant factors calibrated on sentences the caller gives (disjoint from any test set);
-//               int8-per-channel and int8-per-tensor drop the smoothing (and the per-channel scales)
+//               int8-per-channel and int8-per-tensor drop the smoothing (and the per-channel scales);
+//               int8-7bit is int8 with 7-bit activations (quantize_rows' reduce_range), the exact
+//               vpmaddubsw kernel on AVX2 CPUs without VNNI, at the cost of one bit of activation precision
 //   int4        groupwise asymmetric int4 weights (g128, uint8 zero points), widened per call
 // Attention, softmax, LayerNorm and pooling stay fp32 in every precision.
 // With load_options.device (linear_device.hpp; bert_cuda.hpp's make_cuda_linear_device() on a CUDA build),
@@ -51,7 +53,7 @@ namespace q = frugal::quant;
 using matrix = q::row_matrix;
 
 /// @brief The weight formats of the encoder's linear layers.
-enum class precision { fp32, fp16, bf16, int8, int8_per_channel, int8_per_tensor, int4 };
+enum class precision { fp32, fp16, bf16, int8, int8_per_channel, int8_per_tensor, int8_7bit, int4 };
 
 inline constexpr const char* to_string(precision p) noexcept {
   switch (p) {
@@ -67,6 +69,8 @@ inline constexpr const char* to_string(precision p) noexcept {
       return "int8-per-channel";
     case precision::int8_per_tensor:
       return "int8-per-tensor";
+    case precision::int8_7bit:
+      return "int8-7bit";
     case precision::int4:
       return "int4";
   }
@@ -75,12 +79,18 @@ inline constexpr const char* to_string(precision p) noexcept {
 
 /// @brief Parses a precision name; throws naming the value and the accepted names.
 inline precision parse_precision(const std::string& s) {
-  for (precision p : {precision::fp32, precision::fp16, precision::bf16, precision::int8,
-                      precision::int8_per_channel, precision::int8_per_tensor, precision::int4})
+  for (precision p :
+       {precision::fp32, precision::fp16, precision::bf16, precision::int8, precision::int8_per_channel,
+        precision::int8_per_tensor, precision::int8_7bit, precision::int4})
     if (s == to_string(p)) return p;
   throw std::invalid_argument(
       "precision \"" + s +
-      "\" is not one of fp32, fp16, bf16, int8, int8-per-channel, int8-per-tensor, int4");
+      "\" is not one of fp32, fp16, bf16, int8, int8-per-channel, int8-per-tensor, int8-7bit, int4");
+}
+
+/// @brief Whether the precision smooths its layers with SmoothQuant, and so needs calibration sentences.
+inline constexpr bool needs_calibration(precision p) noexcept {
+  return p == precision::int8 || p == precision::int8_7bit;
 }
 
 /// @brief The shapes of a BERT checkpoint, from its config.json.
@@ -156,7 +166,8 @@ class linear {
         to_16bit(std::span<const float>(w32_.data(), n_ * k_), w16_);
         break;
       }
-      case precision::int8: {
+      case precision::int8:
+      case precision::int8_7bit: {
         if (act_absmax.size() != k_)
           throw std::invalid_argument("bert: int8 (SmoothQuant) needs calibration statistics for " +
                                       std::to_string(k_) + " input channels, got " +
@@ -196,6 +207,7 @@ class linear {
       case precision::int8:
       case precision::int8_per_channel:
       case precision::int8_per_tensor:
+      case precision::int8_7bit:
         device_layer_ = device->upload_int8(w8_, bias_);
         break;
       case precision::fp16:
@@ -221,6 +233,7 @@ class linear {
       case precision::int8:
       case precision::int8_per_channel:
       case precision::int8_per_tensor:
+      case precision::int8_7bit:
         return b + w8_.memory_bytes() + inv_smooth_.size() * sizeof(float);
       case precision::int4:
         return b + w4_.memory_bytes();
@@ -236,15 +249,17 @@ class linear {
     switch (p_) {
       case precision::int8:
       case precision::int8_per_channel:
-      case precision::int8_per_tensor: {
+      case precision::int8_per_tensor:
+      case precision::int8_7bit: {
         q::quantized_activations a;
+        const q::quantize_rows_options qo{.reduce_range = p_ == precision::int8_7bit};
         if (inv_smooth_.empty()) {
-          a = q::quantize_rows(x);
+          a = q::quantize_rows(x, qo);
         } else {
           matrix xs = x;
           xs.array().rowwise() *=
               Eigen::Map<const Eigen::ArrayXf>(inv_smooth_.data(), static_cast<Eigen::Index>(k_)).transpose();
-          a = q::quantize_rows(xs);
+          a = q::quantize_rows(xs, qo);
         }
         if (device_) {
           device_->forward_int8(device_layer_, a.data, a.scales, t, std::span<float>(y.data(), t * n_));
@@ -353,10 +368,10 @@ class encoder {
       const frugal::safetensors::file f(dir + "/model.safetensors");
       e.load_weights(f);
     }  // unmapped here: what stays resident is the converted weights
-    if (opt.weights == precision::int8) {
+    if (needs_calibration(opt.weights)) {
       if (opt.calibration.empty())
-        throw std::invalid_argument(
-            "bert: precision int8 (SmoothQuant) needs load_options.calibration sentences");
+        throw std::invalid_argument(std::string("bert: precision ") + to_string(opt.weights) +
+                                    " (SmoothQuant) needs load_options.calibration sentences");
       activation_stats st;
       std::vector<std::vector<std::int32_t>> ids;
       for (const auto& s : opt.calibration) ids.push_back(e.tokenize(s));

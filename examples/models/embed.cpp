@@ -1,7 +1,7 @@
 // frugal_embed: sentence embeddings from a BERT-family model directory, one JSON array per input line.
 //
 //   frugal_embed --model DIR --input FILE --output FILE
-//                [--precision fp32|fp16|bf16|int8|int8-per-channel|int8-per-tensor|int4]
+//                [--precision fp32|fp16|bf16|int8|int8-per-channel|int8-per-tensor|int8-7bit|int4]
 //                [--batch N] [--threads N] [--calibration FILE] [--device cpu|cuda[:N]] [--stats]
 //
 // Input: UTF-8 text, one sentence per line (the line is used as it is, without its '\n'). Output: one
@@ -89,7 +89,7 @@ int main(int argc, char** argv) try {
       else if (a == "--help" || a == "-h") {
         std::printf(
             "usage: %s --model DIR --input FILE --output FILE [--precision fp32|fp16|bf16|int8|"
-            "int8-per-channel|int8-per-tensor|int4] [--batch N] [--threads N] [--calibration FILE] "
+            "int8-per-channel|int8-per-tensor|int8-7bit|int4] [--batch N] [--threads N] [--calibration FILE] "
             "[--device cpu|cuda[:N]] [--stats]\n",
             argv[0]);
         return 0;
@@ -116,9 +116,9 @@ int main(int argc, char** argv) try {
     std::fprintf(stderr, "frugal_embed: --precision: %s\n", e.what());
     return 2;
   }
-  if (opt.weights == bert::precision::int8) {
+  if (bert::needs_calibration(opt.weights)) {
     if (calibration.empty())
-      throw std::runtime_error("--precision int8 needs --calibration FILE (one sentence per line)");
+      throw std::runtime_error("--precision " + prec + " needs --calibration FILE (one sentence per line)");
     opt.calibration = read_lines(calibration);
   }
   if (ordinal >= 0) {

@@ -84,7 +84,7 @@ inline std::vector<step_result> run(const config& cfg, const progress_fn& progre
     if (m) return *m;
     if (cfg.model_kind == "minilm") {
       bert::load_options opt{.weights = bert::parse_precision(prec), .threads = cfg.model_threads};
-      if (opt.weights == bert::precision::int8) {
+      if (bert::needs_calibration(opt.weights)) {
         std::ifstream in(cfg.calibration);
         if (!in)
           throw std::runtime_error("config: model.calibration \"" + cfg.calibration + "\" cannot be opened");

@@ -738,7 +738,7 @@ class app {
   frugal::loaded_model<bert::encoder> load_model(const frugal::model_spec<>& spec) const {
     bert::load_options lo{.weights = bert::parse_precision(spec.args.at("precision")),
                           .threads = opt_.model_threads};
-    if (lo.weights == bert::precision::int8) {
+    if (bert::needs_calibration(lo.weights)) {
       std::ifstream in(opt_.calibration);
       if (!in)
         throw std::runtime_error("--calibration " + opt_.calibration + " cannot be opened (int8 needs it)");

@@ -32,13 +32,14 @@ std::chrono::nanoseconds bucketed(std::chrono::nanoseconds d) {
   return std::chrono::nanoseconds(static_cast<std::int64_t>(h::bucket_lowest(i) + h::bucket_width(i) / 2));
 }
 
-template <class T>
-bool ready(std::future<T>& f) {
+// std::future or frugal::light_future: both read the same way.
+template <class F>
+bool ready(F& f) {
   return f.wait_for(0s) == std::future_status::ready;
 }
 
-template <class T>
-std::optional<batch_errc> error_of(std::future<T>& f) {
+template <class F>
+std::optional<batch_errc> error_of(F& f) {
   try {
     f.get();
   } catch (const frugal::batch_error& e) {
@@ -835,6 +836,103 @@ TEST_CASE("batcher: submit_light's future delivers results and errors like std::
   CHECK_THROWS_WITH_AS(failing.get(), "model", std::runtime_error);
   { auto dropped = b.submit_light(6); }  // destroyed before it resolves: no leak, no crash
   b.close(frugal::drain::no);
+}
+
+// Issue 25: submit returns a light_future, which must stand in for std::future wherever code used one.
+TEST_CASE("batcher: submit's light_future reads like std::future and converts to one") {
+  frugal::manual_clock clk;
+  manual_batcher b{{.window = 0ms, .max_batch = 8}, clk};
+  SUBCASE("wait_for and wait_until time out, then see the result; a sleeping reader is woken") {
+    auto f = b.submit(1);
+    CHECK(f.wait_for(0s) == std::future_status::timeout);
+    CHECK(f.wait_for(2ms) == std::future_status::timeout);
+    CHECK(f.wait_until(std::chrono::system_clock::now() + 1ms) == std::future_status::timeout);
+    std::atomic<bool> woke{false};
+    std::thread reader([&] {
+      CHECK(f.wait_for(60s) == std::future_status::ready);
+      woke = true;
+    });
+    std::this_thread::sleep_for(20ms);  // let the reader sleep on the futex first (not needed to pass)
+    CHECK_FALSE(woke.load());
+    auto batch = b.try_next_batch();
+    REQUIRE(batch);
+    fulfill_doubled(*batch);
+    reader.join();
+    CHECK(woke.load());
+    CHECK(f.ready());
+    CHECK(f.wait_until(std::chrono::steady_clock::now() - 1s) == std::future_status::ready);
+    CHECK(f.get() == 2);
+    CHECK_FALSE(f.valid());
+    CHECK_THROWS_AS(f.wait_for(0s), std::logic_error);
+  }
+  SUBCASE("converted before and after the result, for values and errors") {
+    std::future<int> early = b.submit(3);  // the implicit conversion: code written for std::future
+    auto late = b.submit(4);
+    auto shared = b.submit(5).share();
+    std::future<int> failing_early = b.submit(6);
+    auto failing_late = b.submit(7);
+    CHECK(early.wait_for(0s) == std::future_status::timeout);
+    auto batch = b.try_next_batch();
+    REQUIRE(batch);
+    CHECK(batch->size() == 5);
+    const std::vector<int> reqs = requests_of(*batch);
+    for (std::size_t i = 0; i < reqs.size(); ++i) {
+      if (reqs[i] >= 6)
+        batch->fail(i, std::make_exception_ptr(std::runtime_error("model " + std::to_string(i))));
+      else
+        batch->fulfill(i, reqs[i] * 10);
+    }
+    std::future<int> late_std = std::move(late);
+    CHECK_FALSE(late.valid());
+    CHECK(early.get() == 30);
+    CHECK(late_std.get() == 40);
+    CHECK(shared.get() == 50);
+    CHECK(shared.get() == 50);
+    CHECK_THROWS_WITH_AS(failing_early.get(), "model 3", std::runtime_error);
+    std::future<int> failing_late_std = std::move(failing_late);
+    CHECK_THROWS_WITH_AS(failing_late_std.get(), "model 4", std::runtime_error);
+  }
+  SUBCASE("a rejected submit is ready at once, converted or not") {
+    b.close(frugal::drain::no);
+    std::future<int> closed = b.submit(1);
+    CHECK(closed.wait_for(0s) == std::future_status::ready);
+    CHECK(error_of(closed) == batch_errc::closed);
+    auto light = b.submit(2);
+    CHECK(error_of(light) == batch_errc::closed);
+  }
+  b.close(frugal::drain::no);
+}
+
+// The conversion races the worker's result: whichever comes second fulfils the std::promise (TSan).
+TEST_CASE("batcher: converting to std::future while the result arrives loses nothing") {
+  frugal::batcher<int, int> b{{.window = 0ms, .max_batch = 16}};
+  std::thread worker([&] {
+    while (auto batch = b.next_batch()) {
+      std::vector<int> out;
+      for (int r : batch->requests()) out.push_back(r + 1);
+      batch->fulfill(std::move(out));
+    }
+  });
+  constexpr int n = 4000;
+  std::vector<std::future<int>> fs;
+  fs.reserve(n);
+  std::vector<frugal::light_future<int>> timed;
+  for (int i = 0; i < n; ++i) {
+    if (i % 4 == 3)
+      timed.push_back(b.submit(i));
+    else
+      fs.push_back(b.submit(i));  // converted at once, mostly before the worker answers
+  }
+  long long sum = 0, want = 0;
+  for (auto& f : fs) sum += f.get();
+  for (auto& f : timed) {
+    CHECK(f.wait_for(10s) == std::future_status::ready);
+    sum += f.get();
+  }
+  for (int i = 0; i < n; ++i) want += i + 1;
+  CHECK(sum == want);
+  b.close();
+  worker.join();
 }
 
 TEST_CASE("batcher: cancel by id finds a request at any priority level") {

@@ -553,3 +553,93 @@ TEST_CASE("quant: size products that overflow size_t are rejected before any all
     CHECK(acc[0] == 128 * 128 * static_cast<std::int32_t>(km));
   }
 }
+
+// Issue 25: AVX2 without VNNI takes vpmaddubsw for activations in [-64, 63], the only range in which its
+// int16 pair sums cannot saturate against weights in [-128, 127].
+TEST_CASE("quant gemm: reduce-range activations are exact on every path, at the saturation bounds too") {
+  namespace qd = q::detail;
+  SUBCASE("pack_u7 accepts exactly [-64, 63]") {
+    std::vector<std::uint8_t> out(8, 0xff);
+    const std::vector<std::int8_t> ok{-64, 63, 0, -1};
+    CHECK(qd::pack_u7(ok.data(), 2, 2, out.data(), 4));
+    CHECK(out == std::vector<std::uint8_t>{0, 127, 0xff, 0xff, 64, 63, 0xff, 0xff});  // padding untouched
+    for (int bad : {-65, 64, -128, 127}) {
+      CAPTURE(bad);
+      const std::vector<std::int8_t> b{0, static_cast<std::int8_t>(bad), 5};
+      CHECK_FALSE(qd::pack_u7(b.data(), 1, 3, out.data(), 4));
+    }
+  }
+  SUBCASE("random shapes against a naive loop") {
+    std::mt19937 rng(4321);
+    for (std::size_t m = 1; m <= 13; ++m) {
+      const std::size_t k = 1 + rng() % 90, n = 1 + rng() % 70;
+      CAPTURE(m);
+      CAPTURE(k);
+      CAPTURE(n);
+      auto a = random_activations(m, k, rng, m % 2 == 0);
+      for (auto& v : a.data) v = static_cast<std::int8_t>(static_cast<int>(rng() % 128) - 64);
+      for (auto& z : a.zero_points) z = static_cast<int>(rng() % 128) - 64;
+      const auto w = random_weights(n, k, rng);
+      const auto want = naive_acc(a, w);
+      for (auto path : int8_paths()) {
+        CAPTURE(q::to_string(path));
+        std::vector<std::int32_t> got(m * n, -1);
+        q::gemm_w8a8_s32(a, w, got, path);
+        CHECK(got == want);
+      }
+    }
+  }
+  SUBCASE("the largest pairs: 63 * 127 and 63 * -128 over K = 4099, and -64 (fed as 0)") {
+    const std::size_t k = 4099;
+    q::quantized_activations a{.rows = 3, .cols = k, .data = {}, .scales = {1, 1, 1}, .zero_points = {}};
+    a.data.assign(k, 63);
+    a.data.insert(a.data.end(), k, -64);
+    for (std::size_t t = 0; t < k; ++t) a.data.push_back(t % 2 ? 63 : -64);
+    std::vector<std::int8_t> wd(k, 127);
+    wd.insert(wd.end(), k, -128);
+    for (std::size_t t = 0; t < k; ++t) wd.push_back(t % 3 ? -128 : 127);
+    const auto w = q::make_quantized_weights(wd, 3, k, std::vector<float>(3, 1.0f));
+    const auto want = naive_acc(a, w);
+    CHECK(want[0] == 63 * 127 * 4099);
+    CHECK(want[1] == -63 * 128 * 4099);
+    CHECK(want[3 + 1] == 64 * 128 * 4099);
+    for (auto path : int8_paths()) {
+      CAPTURE(q::to_string(path));
+      std::vector<std::int32_t> got(9);
+      q::gemm_w8a8_s32(a, w, got, path);
+      CHECK(got == want);
+    }
+  }
+  SUBCASE("quantize_rows with reduce_range: 7 bits, and the W8A8 result still tracks fp32") {
+    std::mt19937 rng(17);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    q::row_matrix x(9, 96), w(40, 96);
+    for (int i = 0; i < x.size(); ++i) x.data()[i] = nd(rng);
+    for (int i = 0; i < w.size(); ++i) w.data()[i] = 0.05f * nd(rng);
+    const q::row_matrix ref = q::reference_gemm(x, w, {}, q::activation_kind::none);
+    const auto qw = q::quantize_weights_per_channel(w);
+    for (bool sym : {true, false}) {
+      CAPTURE(sym);
+      const auto qa = q::quantize_rows(x, {.symmetric = sym, .reduce_range = true});
+      const auto [lo, hi] = std::minmax_element(qa.data.begin(), qa.data.end());
+      CHECK(*lo >= (sym ? -63 : -64));
+      CHECK(*hi <= 63);
+      CHECK(*hi - *lo >= 120);  // the 7 bits are used, not a narrower range
+      CHECK(qa.scales[0] == doctest::Approx(sym ? x.row(0).cwiseAbs().maxCoeff() / 63.0f
+                                                : (x.row(0).maxCoeff() - x.row(0).minCoeff()) / 127.0f));
+      for (auto path : int8_paths()) {
+        q::row_matrix out;
+        q::gemm_w8a8(qa, qw, out, {.path = path});
+        CHECK(q::cosine_similarity(ref, out) > 0.999);
+        CHECK(q::relative_error(ref, out) < 0.05);
+      }
+    }
+    const float amax = x.cwiseAbs().maxCoeff();
+    const auto st = q::quantize_rows(x, {.static_scale = amax / 127.0f, .reduce_range = true});
+    CHECK(st.scales[0] == doctest::Approx(amax / 63.0f));
+    for (auto v : st.data) CHECK(std::abs(static_cast<int>(v)) <= 63);
+    CHECK(error_of([&] {
+            q::quantize_rows(x, {.static_scale = 3e38f, .reduce_range = true});
+          }).find("reduce_range") != std::string::npos);
+  }
+}

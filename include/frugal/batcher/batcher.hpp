@@ -32,7 +32,7 @@ FRUGAL_BEGIN_NAMESPACE
 /// @brief A future together with the id that cancels its request.
 template <class Result>
 struct ticket {
-  std::future<Result> result;
+  light_future<Result> result;
   request_id id = 0;
 };
 
@@ -140,34 +140,32 @@ class batcher {
     return id;
   }
 
-  /// @brief The simple form: the future holds the result, a batch_error, or the model's exception.
-  std::future<Result> submit(Request request, submit_options o = {}) {
-    std::promise<Result> p;
-    std::future<Result> f = p.get_future();
-    submit(std::move(request), promise_callback(std::move(p)), std::move(o));
-    return f;
+  /// @brief The simple form: the future holds the result, a batch_error, or the model's exception. It is a
+  /// light_future, which reads like std::future (get, wait, wait_for, wait_until, valid, share) and
+  /// converts to one, so `std::future<Result> f = b.submit(x);` compiles as it did when this returned
+  /// std::future; keeping the light_future (`auto f = ...`) skips std::promise's cost, a futex system call
+  /// and two allocations per request (benchmarks/RESULTS.md, request batcher).
+  light_future<Result> submit(Request request, submit_options o = {}) {
+    return submit_ticket(std::move(request), std::move(o)).result;
   }
 
-  /// @brief Like submit, but returns a light_future: no std::promise, one allocation, no system call unless
-  /// the caller has to wait. The fast path when a future is wanted.
+  /// @brief The same as submit(request, options); the name of the light_future form before it became the
+  /// default.
   light_future<Result> submit_light(Request request, submit_options o = {}) {
+    return submit(std::move(request), std::move(o));
+  }
+
+  /// @brief Like submit, and also returns the id for cancel().
+  ticket<Result> submit_ticket(Request request, submit_options o = {}) {
     auto* state = new detail::light_state<Result>();
-    light_future<Result> f(state);
+    ticket<Result> t{light_future<Result>(state), 0};
     try {
-      submit(
+      t.id = submit(
           std::move(request), [state](result<Result> r) { state->set(std::move(r)); }, std::move(o));
     } catch (...) {
       state->release();  // the callback never ran
       throw;
     }
-    return f;
-  }
-
-  /// @brief Like submit, and also returns the id for cancel().
-  ticket<Result> submit_ticket(Request request, submit_options o = {}) {
-    std::promise<Result> p;
-    ticket<Result> t{p.get_future(), 0};
-    t.id = submit(std::move(request), promise_callback(std::move(p)), std::move(o));
     return t;
   }
 
@@ -484,15 +482,6 @@ class batcher {
       throw std::invalid_argument("frugal::batcher::submit: options.weight (" + std::to_string(o.weight) +
                                   ") exceeds options.max_queued_cost (" +
                                   std::to_string(c.opt.max_queued_cost) + ")");
-  }
-
-  static callback promise_callback(std::promise<Result>&& p) {
-    return [p = std::move(p)](result<Result> o) mutable {
-      if (o)
-        p.set_value(std::move(*o));
-      else
-        p.set_exception(o.error());
-    };
   }
 
   // The queued cost must fit std::uint64_t even without max_queued_cost: a request whose weight would

@@ -44,6 +44,12 @@ struct quantize_rows_options {
   /// Static quantization: when > 0, every row uses this calibrated symmetric scale (e.g. SmoothQuant's
   /// act_scale) instead of its own absmax; values beyond it saturate.
   float static_scale = 0.0f;
+  /// Seven-bit activations, FBGEMM's and onnxruntime's "reduce range": symmetric in -63..63 (absmax / 63),
+  /// asymmetric in -64..63. On a CPU with AVX2 but no VNNI the int8 GEMM then takes a vpmaddubsw kernel
+  /// (about twice the int16 one) instead of widening to int16; both give the exact integer sum. The price
+  /// is one bit of activation precision, measured in the precision benchmark (benchmarks/RESULTS.md).
+  /// With static_scale, the calibrated range stays covered: the scale used is static_scale * 127 / 63.
+  bool reduce_range = false;
   simd_path path = simd_path::automatic;
 };
 
@@ -159,6 +165,13 @@ inline quantized_activations quantize_rows(std::span<const float> x, std::size_t
                                 ": options.static_scale must be finite, >= 0, and only with symmetric");
   const scheme s{
       .type = element_type::i8, .granularity = granularity::per_channel, .symmetric = opt.symmetric};
+  const std::int32_t lo_q = opt.reduce_range ? (opt.symmetric ? -63 : -64) : qmin(s),
+                     hi_q = opt.reduce_range ? 63 : qmax(s);
+  const float static_scale = opt.reduce_range ? opt.static_scale * (127.0f / 63.0f) : opt.static_scale;
+  if (!std::isfinite(static_scale))
+    throw std::invalid_argument(std::string(who) + ": options.static_scale " +
+                                std::to_string(opt.static_scale) +
+                                " times 127 / 63 (reduce_range) is not finite");
   quantized_activations q;
   q.rows = rows;
   q.cols = cols;
@@ -170,14 +183,14 @@ inline quantized_activations quantize_rows(std::span<const float> x, std::size_t
     const detail::run_range rr = detail::minmax_run(lv, xr, cols);
     if (rr.first_nonfinite != cols)
       detail::throw_nonfinite(who, r * cols + rr.first_nonfinite, xr[rr.first_nonfinite]);
-    auto [scale, zp] = params_from_range(rr.lo, rr.hi, s);
-    if (opt.static_scale > 0.0f) {
-      scale = opt.static_scale;
+    auto [scale, zp] = detail::params_for_levels(rr.lo, rr.hi, s, lo_q, hi_q);
+    if (static_scale > 0.0f) {
+      scale = static_scale;
       zp = 0;
     }
     q.scales[r] = scale;
     if (!opt.symmetric) q.zero_points[r] = zp;
-    detail::quantize_run(lv, xr, cols, scale, zp, qmin(s), qmax(s), s.rounding, q.data.data() + r * cols);
+    detail::quantize_run(lv, xr, cols, scale, zp, lo_q, hi_q, s.rounding, q.data.data() + r * cols);
   }
   return q;
 }
@@ -501,6 +514,17 @@ inline void run_int8_gemm(int8_level lv, const quantized_activations& a, const q
     return;
   }
   if (lv == int8_level::avx2) {
+    // Activations in [-64, 63] (reduce_range) take the vpmaddubsw kernel; both give the exact sum.
+    std::vector<std::uint8_t> au(m * lda, 0);
+    if (pack_u7(a.data.data(), m, k, au.data(), lda)) {
+      split_gemm(threads, m, n, k, 8, 2 * panel_width,
+                 [&](std::size_t m0, std::size_t m1, std::size_t n0, std::size_t n1) {
+                   gemm_u7_avx2(au.data() + m0 * lda, m1 - m0, k4,
+                                w.packed.data() + n0 / panel_width * k4 * 64, n1 - n0,
+                                w.packed_corr.data() + n0, in_place(m0, n0));
+                 });
+      return;
+    }
     std::vector<std::int16_t> ap(m * lda, 0);
     for (std::size_t i = 0; i < m; ++i)
       for (std::size_t t = 0; t < k; ++t) ap[i * lda + t] = a.data[i * k + t];

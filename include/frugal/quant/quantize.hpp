@@ -72,21 +72,17 @@ struct quantized_tensor {
   }
 };
 
-/// @brief The scale and zero point for the real range [lo, hi], widened to include 0 (gemmlowp).
-/// Symmetric: scale = max(|lo|, |hi|) / ((qmax - qmin) / 2) (absmax/127 for narrow i8), fixed zero point.
-/// Asymmetric: scale = (hi - lo) / (qmax - qmin), zero_point = qmin - round(lo / scale), clamped.
-/// A range of zero width gets scale 1 so that zero stays exact; so does the empty range lo = +Inf,
-/// hi = -Inf (what a min-max over no finite value holds), which widens to [0, 0].
-/// NaN in either bound, lo = -Inf or hi = +Inf (a range no finite scale covers) is std::invalid_argument:
-/// such a range used to give scale 1 silently, and a zero point cast from an infinite value.
-inline std::pair<float, std::int32_t> params_from_range(float lo, float hi, const scheme& s) {
+namespace detail {
+// params_from_range over the integer range [qlo, qhi] instead of the scheme's own (quantize_rows'
+// reduce_range asks for 7 bits of an i8 scheme).
+inline std::pair<float, std::int32_t> params_for_levels(float lo, float hi, const scheme& s, std::int32_t qlo,
+                                                        std::int32_t qhi) {
   if (std::isnan(lo) || std::isnan(hi) || lo == -std::numeric_limits<float>::infinity() ||
       hi == std::numeric_limits<float>::infinity())
     throw std::invalid_argument("frugal::quant::params_from_range: the range [" + std::to_string(lo) + ", " +
                                 std::to_string(hi) + "] is NaN or infinite; no finite scale covers it");
   lo = std::min(lo, 0.0f);
   hi = std::max(hi, 0.0f);
-  const auto qlo = qmin(s), qhi = qmax(s);
   const float levels = static_cast<float>(qhi - qlo);
   if (s.symmetric) {
     float scale = std::max(-lo, hi) / (levels / 2.0f);
@@ -97,6 +93,18 @@ inline std::pair<float, std::int32_t> params_from_range(float lo, float hi, cons
   if (!(scale > 0.0f) || !std::isfinite(scale)) scale = 1.0f;
   const float zp = static_cast<float>(qlo) - std::nearbyint(lo / scale);
   return {scale, static_cast<std::int32_t>(std::clamp(zp, static_cast<float>(qlo), static_cast<float>(qhi)))};
+}
+}  // namespace detail
+
+/// @brief The scale and zero point for the real range [lo, hi], widened to include 0 (gemmlowp).
+/// Symmetric: scale = max(|lo|, |hi|) / ((qmax - qmin) / 2) (absmax/127 for narrow i8), fixed zero point.
+/// Asymmetric: scale = (hi - lo) / (qmax - qmin), zero_point = qmin - round(lo / scale), clamped.
+/// A range of zero width gets scale 1 so that zero stays exact; so does the empty range lo = +Inf,
+/// hi = -Inf (what a min-max over no finite value holds), which widens to [0, 0].
+/// NaN in either bound, lo = -Inf or hi = +Inf (a range no finite scale covers) is std::invalid_argument:
+/// such a range used to give scale 1 silently, and a zero point cast from an infinite value.
+inline std::pair<float, std::int32_t> params_from_range(float lo, float hi, const scheme& s) {
+  return detail::params_for_levels(lo, hi, s, qmin(s), qmax(s));
 }
 
 /// @brief Min-max quantization parameters of a rows x cols row-major tensor under scheme `s`.

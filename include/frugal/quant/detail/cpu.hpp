@@ -1,8 +1,11 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 #include "frugal/config.hpp"
 #include "frugal/quant/cpu.hpp"
@@ -79,9 +82,46 @@ inline cpu_features detect_cpu_features() noexcept {
 
 }  // namespace detail
 
-/// @brief The features of the CPU this process runs on (detected on first use).
+namespace detail {
+
+// Lowers `f` to the paths up to `cap`, in the order portable < avx2 < avx_vnni < avx512 < avx512_vnni;
+// false for a name that is not one of them.
+inline bool apply_max_isa(cpu_features& f, std::string_view cap) noexcept {
+  if (cap == "avx512_vnni") return true;
+  if (cap == "avx512") {
+    f.avx512_vnni = false;
+  } else if (cap == "avx_vnni") {
+    f.avx512 = f.avx512_vnni = false;
+  } else if (cap == "avx2") {
+    f.avx512 = f.avx512_vnni = f.avx_vnni = false;
+  } else if (cap == "portable") {
+    f = cpu_features{};
+  } else {
+    return false;
+  }
+  return true;
+}
+
+}  // namespace detail
+
+/// @brief The features of the CPU this process runs on (detected on first use), lowered by the
+/// environment variable FRUGAL_MAX_CPU_ISA when it is set (portable, avx2, avx_vnni, avx512 or
+/// avx512_vnni), as oneDNN's ONEDNN_MAX_CPU_ISA: it makes one machine run, test and time the paths of a
+/// smaller CPU. Any other value stops the process at first use with a message naming it, since a typo
+/// would otherwise time the wrong path without a word.
 inline const cpu_features& host_cpu_features() noexcept {
-  static const cpu_features f = detail::detect_cpu_features();
+  static const cpu_features f = [] {
+    cpu_features d = detail::detect_cpu_features();
+    const char* cap = std::getenv("FRUGAL_MAX_CPU_ISA");
+    if (cap && *cap && !detail::apply_max_isa(d, cap)) {
+      std::fprintf(stderr,
+                   "frugal: FRUGAL_MAX_CPU_ISA=\"%s\" is not one of portable, avx2, avx_vnni, avx512, "
+                   "avx512_vnni\n",
+                   cap);
+      std::abort();
+    }
+    return d;
+  }();
   return f;
 }
 

@@ -9,11 +9,18 @@
 //
 // vpdpbusd multiplies unsigned by signed bytes, so the VNNI paths feed A + 128 (a ^ 0x80) and
 // subtract 128 * colsum(B[n]) at the end; that is exact while K * 255 * 128 < 2^31 (K <= 65536).
+//
+// Plain AVX2 has two kernels, both exact. Activations that use the full int8 range are widened to int16
+// (vpmaddwd). Activations in [-64, 63] (quantize_rows with reduce_range) take vpmaddubsw, which adds two
+// unsigned-by-signed byte products into an int16 and saturates: fed as A + 64 in [0, 127] against weights
+// in [-128, 127], a pair lies in [-32512, 32258], so it never saturates. That is the "reduce range" of
+// FBGEMM and onnxruntime; oneDNN's AVX2 int8 GEMM feeds the full A + 128 instead and does saturate.
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "frugal/config.hpp"
@@ -28,6 +35,20 @@ inline constexpr std::size_t panel_width = 16;
 inline constexpr std::size_t max_gemm_k = 65536;
 
 inline std::size_t round_up(std::size_t x, std::size_t m) noexcept { return (x + m - 1) / m * m; }
+
+// Writes A + 64 into rows of lda bytes (zero padding stays 0) and says whether every value was in
+// [-64, 63], i.e. whether the vpmaddubsw kernel may take A. One pass; the bytes are garbage when not.
+inline bool pack_u7(const std::int8_t* a, std::size_t m, std::size_t k, std::uint8_t* out,
+                    std::size_t lda) noexcept {
+  unsigned high = 0;  // bit 7 of a + 64 is set exactly when a is outside [-64, 63]
+  for (std::size_t i = 0; i < m; ++i)
+    for (std::size_t t = 0; t < k; ++t) {
+      const auto u = static_cast<std::uint8_t>(a[i * k + t] + 64);
+      high |= u;
+      out[i * lda + t] = u;
+    }
+  return (high & 0x80u) == 0;
+}
 
 inline std::vector<std::int8_t> pack_b_panels(const std::int8_t* b, std::size_t n, std::size_t k) {
   const std::size_t np = round_up(n, panel_width) / panel_width, k4 = round_up(k, 4) / 4;
@@ -189,8 +210,42 @@ FRUGAL_QUANT_TARGET_AVXVNNI inline void micro_avx_vnni(const std::uint8_t* a, st
   }
 }
 
-inline void gemm_s8_avx_vnni(const std::uint8_t* a, std::size_t m, std::size_t k4, const std::int8_t* bp,
-                             std::size_t n, const std::int32_t* corr, auto&& epilogue) {
+// A + 64 in [0, 127] against the same panels (see the top of this file): vpmaddubsw, then vpmaddwd by
+// ones sums each channel's four products into an int32, which is vpdpbusd in two instructions. The
+// correction is 64 * colsum(B[n]), half of packed_corr.
+template <int MR>
+FRUGAL_QUANT_TARGET_AVX2 inline void micro_avx2_u7(const std::uint8_t* a, std::size_t lda,
+                                                   const std::int8_t* b, std::size_t k4,
+                                                   const std::int32_t* corr, std::int32_t* c) noexcept {
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256i acc[MR][2];
+  FRUGAL_QUANT_UNROLL(4)
+  for (int i = 0; i < MR; ++i) acc[i][0] = acc[i][1] = _mm256_setzero_si256();
+  for (std::size_t q = 0; q < k4; ++q) {
+    const __m256i b0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + q * 64));
+    const __m256i b1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + q * 64 + 32));
+    FRUGAL_QUANT_UNROLL(4)
+    for (int i = 0; i < MR; ++i) {
+      std::int32_t a4;
+      std::memcpy(&a4, a + static_cast<std::size_t>(i) * lda + q * 4, 4);
+      const __m256i av = _mm256_set1_epi32(a4);
+      acc[i][0] = _mm256_add_epi32(acc[i][0], _mm256_madd_epi16(_mm256_maddubs_epi16(av, b0), ones));
+      acc[i][1] = _mm256_add_epi32(acc[i][1], _mm256_madd_epi16(_mm256_maddubs_epi16(av, b1), ones));
+    }
+  }
+  const __m256i c0 = _mm256_srai_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(corr)), 1);
+  const __m256i c1 = _mm256_srai_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(corr + 8)), 1);
+  FRUGAL_QUANT_UNROLL(4)
+  for (int i = 0; i < MR; ++i) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(c + i * 16), _mm256_sub_epi32(acc[i][0], c0));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(c + i * 16 + 8), _mm256_sub_epi32(acc[i][1], c1));
+  }
+}
+
+// One panel of 16 channels by up to 4 rows at a time, for the 256-bit kernels: `micro(rows, a, b,
+// corr, tile)` with rows a compile-time constant (std::integral_constant).
+inline void gemm_s8_panels_mr4(const std::uint8_t* a, std::size_t m, std::size_t k4, const std::int8_t* bp,
+                               std::size_t n, const std::int32_t* corr, auto&& micro, auto&& epilogue) {
   constexpr std::size_t mr = 4;
   const std::size_t panels = round_up(n, panel_width) / panel_width, lda = k4 * 4;
   alignas(64) std::int32_t tile[mr * 16];
@@ -202,21 +257,42 @@ inline void gemm_s8_avx_vnni(const std::uint8_t* a, std::size_t m, std::size_t k
       const std::uint8_t* ai = a + i * lda;
       switch (rows) {
         case 4:
-          micro_avx_vnni<4>(ai, lda, b, k4, corr + n0, tile);
+          micro(std::integral_constant<int, 4>{}, ai, b, corr + n0, tile);
           break;
         case 3:
-          micro_avx_vnni<3>(ai, lda, b, k4, corr + n0, tile);
+          micro(std::integral_constant<int, 3>{}, ai, b, corr + n0, tile);
           break;
         case 2:
-          micro_avx_vnni<2>(ai, lda, b, k4, corr + n0, tile);
+          micro(std::integral_constant<int, 2>{}, ai, b, corr + n0, tile);
           break;
         default:
-          micro_avx_vnni<1>(ai, lda, b, k4, corr + n0, tile);
+          micro(std::integral_constant<int, 1>{}, ai, b, corr + n0, tile);
           break;
       }
       epilogue(acc_tile{i, rows, n0, ncols, tile, 16});
     }
   }
+}
+
+inline void gemm_s8_avx_vnni(const std::uint8_t* a, std::size_t m, std::size_t k4, const std::int8_t* bp,
+                             std::size_t n, const std::int32_t* corr, auto&& epilogue) {
+  const std::size_t lda = k4 * 4;
+  gemm_s8_panels_mr4(
+      a, m, k4, bp, n, corr,
+      [=](auto rows, const std::uint8_t* ai, const std::int8_t* b, const std::int32_t* cr,
+          std::int32_t* tile) { micro_avx_vnni<decltype(rows)::value>(ai, lda, b, k4, cr, tile); },
+      epilogue);
+}
+
+// `a` holds A + 64, every byte in [0, 127] (pack_u7 checked it).
+inline void gemm_u7_avx2(const std::uint8_t* a, std::size_t m, std::size_t k4, const std::int8_t* bp,
+                         std::size_t n, const std::int32_t* corr, auto&& epilogue) {
+  const std::size_t lda = k4 * 4;
+  gemm_s8_panels_mr4(
+      a, m, k4, bp, n, corr,
+      [=](auto rows, const std::uint8_t* ai, const std::int8_t* b, const std::int32_t* cr,
+          std::int32_t* tile) { micro_avx2_u7<decltype(rows)::value>(ai, lda, b, k4, cr, tile); },
+      epilogue);
 }
 
 // Plain AVX2 has no byte dot product that is exact (vpmaddubsw saturates), so A and B are widened to
