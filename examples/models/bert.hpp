@@ -256,9 +256,11 @@ class linear {
         if (inv_smooth_.empty()) {
           a = q::quantize_rows(x, qo);
         } else {
-          matrix xs = x;
-          xs.array().rowwise() *=
-              Eigen::Map<const Eigen::ArrayXf>(inv_smooth_.data(), static_cast<Eigen::Index>(k_)).transpose();
+          // One pass: X times the inverse smoothing factors, column by column, into a new matrix.
+          const matrix xs = (x.array().rowwise() * Eigen::Map<const Eigen::ArrayXf>(
+                                                       inv_smooth_.data(), static_cast<Eigen::Index>(k_))
+                                                       .transpose())
+                                .matrix();
           a = q::quantize_rows(xs, qo);
         }
         if (device_) {

@@ -562,7 +562,7 @@ TEST_CASE("quant gemm: reduce-range activations are exact on every path, at the 
     std::vector<std::uint8_t> out(8, 0xff);
     const std::vector<std::int8_t> ok{-64, 63, 0, -1};
     CHECK(qd::pack_u7(ok.data(), 2, 2, out.data(), 4));
-    CHECK(out == std::vector<std::uint8_t>{0, 127, 0xff, 0xff, 64, 63, 0xff, 0xff});  // padding untouched
+    CHECK(out == std::vector<std::uint8_t>{0, 127, 0, 0, 64, 63, 0, 0});  // padding zeroed
     for (int bad : {-65, 64, -128, 127}) {
       CAPTURE(bad);
       const std::vector<std::int8_t> b{0, static_cast<std::int8_t>(bad), 5};
@@ -641,5 +641,30 @@ TEST_CASE("quant gemm: reduce-range activations are exact on every path, at the 
     CHECK(error_of([&] {
             q::quantize_rows(x, {.static_scale = 3e38f, .reduce_range = true});
           }).find("reduce_range") != std::string::npos);
+  }
+}
+
+// The kernels walk A in blocks of rows (detail::a_block_rows): with a long K a block is 64 rows, so that
+// M = 150 crosses two block boundaries with a ragged last block, on every path.
+TEST_CASE("quant gemm: row blocks of A across a long K stay exact, full-range and 7-bit") {
+  std::mt19937 rng(777);
+  const std::size_t m = 150, k = 3001, n = 45;
+  CHECK(q::detail::a_block_rows(3004, 8) == 64);
+  CHECK(q::detail::a_block_rows(3004 * 2, 2) == 64);
+  CHECK(q::detail::a_block_rows(128, 4) == 192);
+  CHECK(q::detail::a_block_rows(64, 8) == 256);
+  for (bool seven : {false, true}) {
+    CAPTURE(seven);
+    auto a = random_activations(m, k, rng, false);
+    if (seven)
+      for (auto& v : a.data) v = static_cast<std::int8_t>(static_cast<int>(rng() % 128) - 64);
+    const auto w = random_weights(n, k, rng);
+    const auto want = naive_acc(a, w);
+    for (auto path : int8_paths()) {
+      CAPTURE(q::to_string(path));
+      std::vector<std::int32_t> got(m * n, -1);
+      q::gemm_w8a8_s32(a, w, got, path);
+      CHECK(got == want);
+    }
   }
 }

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -497,40 +498,40 @@ inline void run_int8_gemm(int8_level lv, const quantized_activations& a, const q
 #if FRUGAL_QUANT_X86
   const std::size_t k4 = round_up(k, 4) / 4, lda = k4 * 4;
   if (lv == int8_level::avx512_vnni || lv == int8_level::avx_vnni) {
-    std::vector<std::uint8_t> ap(m * lda, 0);
-    for (std::size_t i = 0; i < m; ++i)
-      for (std::size_t t = 0; t < k; ++t)
-        ap[i * lda + t] = static_cast<std::uint8_t>(a.data[i * k + t]) ^ 0x80u;
+    // Not value-initialised: the packer writes every byte, padding included.
+    const std::unique_ptr<std::uint8_t[]> buf(new std::uint8_t[m * lda]);
+    std::uint8_t* const ap = buf.get();
+    pack_xor80(a.data.data(), m, k, ap, lda);
     split_gemm(threads, m, n, k, 8, 2 * panel_width,
                [&](std::size_t m0, std::size_t m1, std::size_t n0, std::size_t n1) {
                  const std::int8_t* bp = w.packed.data() + n0 / panel_width * k4 * 64;
                  if (lv == int8_level::avx512_vnni)
-                   gemm_s8_avx512_vnni(ap.data() + m0 * lda, m1 - m0, k4, bp, n1 - n0,
-                                       w.packed_corr.data() + n0, in_place(m0, n0));
+                   gemm_s8_avx512_vnni(ap + m0 * lda, m1 - m0, k4, bp, n1 - n0, w.packed_corr.data() + n0,
+                                       in_place(m0, n0));
                  else
-                   gemm_s8_avx_vnni(ap.data() + m0 * lda, m1 - m0, k4, bp, n1 - n0, w.packed_corr.data() + n0,
+                   gemm_s8_avx_vnni(ap + m0 * lda, m1 - m0, k4, bp, n1 - n0, w.packed_corr.data() + n0,
                                     in_place(m0, n0));
                });
     return;
   }
   if (lv == int8_level::avx2) {
     // Activations in [-64, 63] (reduce_range) take the vpmaddubsw kernel; both give the exact sum.
-    std::vector<std::uint8_t> au(m * lda, 0);
-    if (pack_u7(a.data.data(), m, k, au.data(), lda)) {
+    const std::unique_ptr<std::uint8_t[]> u7(new std::uint8_t[m * lda]);
+    std::uint8_t* const au = u7.get();
+    if (pack_u7(a.data.data(), m, k, au, lda)) {
       split_gemm(threads, m, n, k, 8, 2 * panel_width,
                  [&](std::size_t m0, std::size_t m1, std::size_t n0, std::size_t n1) {
-                   gemm_u7_avx2(au.data() + m0 * lda, m1 - m0, k4,
-                                w.packed.data() + n0 / panel_width * k4 * 64, n1 - n0,
-                                w.packed_corr.data() + n0, in_place(m0, n0));
+                   gemm_u7_avx2(au + m0 * lda, m1 - m0, k4, w.packed.data() + n0 / panel_width * k4 * 64,
+                                n1 - n0, w.packed_corr.data() + n0, in_place(m0, n0));
                  });
       return;
     }
-    std::vector<std::int16_t> ap(m * lda, 0);
-    for (std::size_t i = 0; i < m; ++i)
-      for (std::size_t t = 0; t < k; ++t) ap[i * lda + t] = a.data[i * k + t];
+    const std::unique_ptr<std::int16_t[]> buf(new std::int16_t[m * lda]);
+    std::int16_t* const ap = buf.get();
+    pack_s16(a.data.data(), m, k, ap, lda);
     split_gemm(threads, m, n, k, 8, 2 * panel_width,
                [&](std::size_t m0, std::size_t m1, std::size_t n0, std::size_t n1) {
-                 gemm_s8_avx2(ap.data() + m0 * lda, m1 - m0, k4, w.packed.data() + n0 / panel_width * k4 * 64,
+                 gemm_s8_avx2(ap + m0 * lda, m1 - m0, k4, w.packed.data() + n0 / panel_width * k4 * 64,
                               n1 - n0, in_place(m0, n0));
                });
     return;

@@ -36,17 +36,49 @@ inline constexpr std::size_t max_gemm_k = 65536;
 
 inline std::size_t round_up(std::size_t x, std::size_t m) noexcept { return (x + m - 1) / m * m; }
 
-// Writes A + 64 into rows of lda bytes (zero padding stays 0) and says whether every value was in
-// [-64, 63], i.e. whether the vpmaddubsw kernel may take A. One pass; the bytes are garbage when not.
+// The packers below copy M rows of K int8 activations into rows of lda >= K elements for the kernels,
+// zeroing each row's padding (the panels of B are zero there too). Local __restrict pointers let the
+// compiler vectorise the copies; indexing through the callers' vectors reloaded both pointers per byte.
+
+// A + 128 (a ^ 0x80) for vpdpbusd.
+inline void pack_xor80(const std::int8_t* a, std::size_t m, std::size_t k, std::uint8_t* out,
+                       std::size_t lda) noexcept {
+  for (std::size_t i = 0; i < m; ++i) {
+    const std::int8_t* __restrict src = a + i * k;
+    std::uint8_t* __restrict dst = out + i * lda;
+    for (std::size_t t = 0; t < k; ++t) dst[t] = static_cast<std::uint8_t>(src[t] ^ -128);
+    std::memset(dst + k, 0, lda - k);
+  }
+}
+
+// A widened to int16 for vpmaddwd.
+inline void pack_s16(const std::int8_t* a, std::size_t m, std::size_t k, std::int16_t* out,
+                     std::size_t lda) noexcept {
+  for (std::size_t i = 0; i < m; ++i) {
+    const std::int8_t* __restrict src = a + i * k;
+    std::int16_t* __restrict dst = out + i * lda;
+    for (std::size_t t = 0; t < k; ++t) dst[t] = src[t];
+    for (std::size_t t = k; t < lda; ++t) dst[t] = 0;
+  }
+}
+
+// A + 64 for vpmaddubsw; says whether every value was in [-64, 63], i.e. whether the vpmaddubsw kernel may
+// take A (the bytes are garbage when not). One pass.
 inline bool pack_u7(const std::int8_t* a, std::size_t m, std::size_t k, std::uint8_t* out,
                     std::size_t lda) noexcept {
   unsigned high = 0;  // bit 7 of a + 64 is set exactly when a is outside [-64, 63]
-  for (std::size_t i = 0; i < m; ++i)
+  for (std::size_t i = 0; i < m; ++i) {
+    const std::int8_t* __restrict src = a + i * k;
+    std::uint8_t* __restrict dst = out + i * lda;
+    std::uint8_t row_high = 0;
     for (std::size_t t = 0; t < k; ++t) {
-      const auto u = static_cast<std::uint8_t>(a[i * k + t] + 64);
-      high |= u;
-      out[i * lda + t] = u;
+      const auto u = static_cast<std::uint8_t>(src[t] + 64);
+      row_high |= u;
+      dst[t] = u;
     }
+    high |= row_high;
+    std::memset(dst + k, 0, lda - k);
+  }
   return (high & 0x80u) == 0;
 }
 
@@ -58,6 +90,14 @@ inline std::vector<std::int8_t> pack_b_panels(const std::int8_t* b, std::size_t 
     for (std::size_t c = 0; c < k; ++c) out[(p * k4 + c / 4) * 64 + j * 4 + c % 4] = b[r * k + c];
   }
   return out;
+}
+
+// Rows of A (of lda bytes) per block, so that a block stays in L1 or L2 while every panel of B passes it:
+// about 24 KiB, but never under 64 rows (fewer would stream a large B from L3 once per few rows), a multiple
+// of the kernel's mr rows. Without the blocking all of A streamed from L2 or L3 once per panel (MiniLM's M is
+// ~1,800 tokens): 5-12% slower at 64 x 4096^2 and 1024^3 (benchmarks/RESULTS.md, int8 on AVX2).
+inline std::size_t a_block_rows(std::size_t lda, std::size_t mr) noexcept {
+  return std::clamp<std::size_t>(24576 / lda / mr * mr, 64, 256);
 }
 
 // The int32 tile a kernel hands to the epilogue: rows m0.., columns n0.. (cnt valid), row stride ldt.
@@ -166,18 +206,22 @@ inline void gemm_s8_avx512_vnni(const std::uint8_t* a, std::size_t m, std::size_
   constexpr std::size_t mr = 8;
   const std::size_t panels = round_up(n, panel_width) / panel_width, lda = k4 * 4;
   alignas(64) std::int32_t tile[mr * 32];
-  for (std::size_t p = 0; p < panels; p += 2) {
-    const bool two = p + 1 < panels;
-    const std::size_t n0 = p * panel_width, ncols = std::min<std::size_t>(two ? 32 : 16, n - n0);
-    const std::int8_t* b = bp + p * k4 * 64;
-    for (std::size_t i = 0; i < m; i += mr) {
-      const int rows = static_cast<int>(std::min(mr, m - i));
-      if (two)
-        micro_avx512_vnni_rows<2>(rows, a + i * lda, lda, b, k4, corr + n0, tile);
-      else
-        micro_avx512_vnni_rows<1>(rows, a + i * lda, lda, b, k4, corr + n0, tile);
-      epilogue(acc_tile{i, static_cast<std::size_t>(rows), n0, ncols, tile,
-                        two ? std::size_t{32} : std::size_t{16}});
+  const std::size_t mc = a_block_rows(lda, mr);
+  for (std::size_t i0 = 0; i0 < m; i0 += mc) {
+    const std::size_t i1 = std::min(m, i0 + mc);
+    for (std::size_t p = 0; p < panels; p += 2) {
+      const bool two = p + 1 < panels;
+      const std::size_t n0 = p * panel_width, ncols = std::min<std::size_t>(two ? 32 : 16, n - n0);
+      const std::int8_t* b = bp + p * k4 * 64;
+      for (std::size_t i = i0; i < i1; i += mr) {
+        const int rows = static_cast<int>(std::min(mr, i1 - i));
+        if (two)
+          micro_avx512_vnni_rows<2>(rows, a + i * lda, lda, b, k4, corr + n0, tile);
+        else
+          micro_avx512_vnni_rows<1>(rows, a + i * lda, lda, b, k4, corr + n0, tile);
+        epilogue(acc_tile{i, static_cast<std::size_t>(rows), n0, ncols, tile,
+                          two ? std::size_t{32} : std::size_t{16}});
+      }
     }
   }
 }
@@ -249,29 +293,32 @@ inline void gemm_s8_panels_mr4(const std::uint8_t* a, std::size_t m, std::size_t
   constexpr std::size_t mr = 4;
   const std::size_t panels = round_up(n, panel_width) / panel_width, lda = k4 * 4;
   alignas(64) std::int32_t tile[mr * 16];
-  for (std::size_t p = 0; p < panels; ++p) {
-    const std::size_t n0 = p * panel_width, ncols = std::min<std::size_t>(16, n - n0);
-    const std::int8_t* b = bp + p * k4 * 64;
-    for (std::size_t i = 0; i < m; i += mr) {
-      const std::size_t rows = std::min(mr, m - i);
-      const std::uint8_t* ai = a + i * lda;
-      switch (rows) {
-        case 4:
-          micro(std::integral_constant<int, 4>{}, ai, b, corr + n0, tile);
-          break;
-        case 3:
-          micro(std::integral_constant<int, 3>{}, ai, b, corr + n0, tile);
-          break;
-        case 2:
-          micro(std::integral_constant<int, 2>{}, ai, b, corr + n0, tile);
-          break;
-        default:
-          micro(std::integral_constant<int, 1>{}, ai, b, corr + n0, tile);
-          break;
+  const std::size_t mc = a_block_rows(lda, mr);  // as in gemm_s8_avx512_vnni
+  for (std::size_t i0 = 0; i0 < m; i0 += mc)
+    for (std::size_t p = 0; p < panels; ++p) {
+      const std::size_t n0 = p * panel_width, ncols = std::min<std::size_t>(16, n - n0);
+      const std::int8_t* b = bp + p * k4 * 64;
+      const std::size_t i1 = std::min(m, i0 + mc);
+      for (std::size_t i = i0; i < i1; i += mr) {
+        const std::size_t rows = std::min(mr, i1 - i);
+        const std::uint8_t* ai = a + i * lda;
+        switch (rows) {
+          case 4:
+            micro(std::integral_constant<int, 4>{}, ai, b, corr + n0, tile);
+            break;
+          case 3:
+            micro(std::integral_constant<int, 3>{}, ai, b, corr + n0, tile);
+            break;
+          case 2:
+            micro(std::integral_constant<int, 2>{}, ai, b, corr + n0, tile);
+            break;
+          default:
+            micro(std::integral_constant<int, 1>{}, ai, b, corr + n0, tile);
+            break;
+        }
+        epilogue(acc_tile{i, rows, n0, ncols, tile, 16});
       }
-      epilogue(acc_tile{i, rows, n0, ncols, tile, 16});
     }
-  }
 }
 
 inline void gemm_s8_avx_vnni(const std::uint8_t* a, std::size_t m, std::size_t k4, const std::int8_t* bp,
@@ -330,18 +377,21 @@ inline void gemm_s8_avx2(const std::int16_t* a, std::size_t m, std::size_t k4, c
   constexpr std::size_t mr = 2;
   const std::size_t panels = round_up(n, panel_width) / panel_width, lda = k4 * 4;
   alignas(64) std::int32_t tile[mr * 16];
-  for (std::size_t p = 0; p < panels; ++p) {
-    const std::size_t n0 = p * panel_width, ncols = std::min<std::size_t>(16, n - n0);
-    const std::int8_t* b = bp + p * k4 * 64;
-    for (std::size_t i = 0; i < m; i += mr) {
-      const std::size_t rows = std::min(mr, m - i);
-      if (rows == 2)
-        micro_avx2<2>(a + i * lda, lda, b, k4, tile);
-      else
-        micro_avx2<1>(a + i * lda, lda, b, k4, tile);
-      epilogue(acc_tile{i, rows, n0, ncols, tile, 16});
+  const std::size_t mc = a_block_rows(lda * sizeof(std::int16_t), mr);
+  for (std::size_t i0 = 0; i0 < m; i0 += mc)
+    for (std::size_t p = 0; p < panels; ++p) {
+      const std::size_t n0 = p * panel_width, ncols = std::min<std::size_t>(16, n - n0);
+      const std::int8_t* b = bp + p * k4 * 64;
+      const std::size_t i1 = std::min(m, i0 + mc);
+      for (std::size_t i = i0; i < i1; i += mr) {
+        const std::size_t rows = std::min(mr, i1 - i);
+        if (rows == 2)
+          micro_avx2<2>(a + i * lda, lda, b, k4, tile);
+        else
+          micro_avx2<1>(a + i * lda, lda, b, k4, tile);
+        epilogue(acc_tile{i, rows, n0, ncols, tile, 16});
+      }
     }
-  }
 }
 #endif
 
