@@ -59,6 +59,20 @@ std::vector<std::int32_t> naive_acc(const q::quantized_activations& a, const q::
   return c;
 }
 
+// Every supported int8 path gives `want` (the naive loop's sums unless given) for A x W^T.
+void check_every_path(const q::quantized_activations& a, const q::quantized_weights& w,
+                      const std::vector<std::int32_t>& want) {
+  for (auto path : int8_paths()) {
+    CAPTURE(q::to_string(path));
+    std::vector<std::int32_t> got(a.rows * w.rows, -1);
+    q::gemm_w8a8_s32(a, w, got, path);
+    CHECK(got == want);
+  }
+}
+void check_every_path(const q::quantized_activations& a, const q::quantized_weights& w) {
+  check_every_path(a, w, naive_acc(a, w));
+}
+
 template <class F>
 std::string error_of(F&& f) {
   try {
@@ -82,13 +96,7 @@ TEST_CASE("quant gemm: every int8 path gives int32 accumulators bit-exact with a
     CAPTURE(n);
     const auto a = random_activations(m, k, rng, false);
     const auto w = random_weights(n, k, rng);
-    const auto want = naive_acc(a, w);
-    for (auto path : int8_paths()) {
-      CAPTURE(q::to_string(path));
-      std::vector<std::int32_t> got(m * n, -1);
-      q::gemm_w8a8_s32(a, w, got, path);
-      CHECK(got == want);
-    }
+    check_every_path(a, w);
   }
   // The extremes: -128 * -128 over a long K, the worst case of the unsigned-offset trick.
   q::quantized_activations a{.rows = 3,
@@ -101,11 +109,7 @@ TEST_CASE("quant gemm: every int8 path gives int32 accumulators bit-exact with a
                                            std::vector<float>(33, 1.0f));
   const auto want = naive_acc(a, w);
   CHECK(want[33 + 5] == 128 * 128 * 1001);
-  for (auto path : int8_paths()) {
-    std::vector<std::int32_t> got(3 * 33);
-    q::gemm_w8a8_s32(a, w, got, path);
-    CHECK(got == want);
-  }
+  check_every_path(a, w, want);
 }
 
 TEST_CASE(
@@ -580,13 +584,7 @@ TEST_CASE("quant gemm: reduce-range activations are exact on every path, at the 
       for (auto& v : a.data) v = static_cast<std::int8_t>(static_cast<int>(rng() % 128) - 64);
       for (auto& z : a.zero_points) z = static_cast<int>(rng() % 128) - 64;
       const auto w = random_weights(n, k, rng);
-      const auto want = naive_acc(a, w);
-      for (auto path : int8_paths()) {
-        CAPTURE(q::to_string(path));
-        std::vector<std::int32_t> got(m * n, -1);
-        q::gemm_w8a8_s32(a, w, got, path);
-        CHECK(got == want);
-      }
+      check_every_path(a, w);
     }
   }
   SUBCASE("the largest pairs: 63 * 127 and 63 * -128 over K = 4099, and -64 (fed as 0)") {
@@ -603,12 +601,7 @@ TEST_CASE("quant gemm: reduce-range activations are exact on every path, at the 
     CHECK(want[0] == 63 * 127 * 4099);
     CHECK(want[1] == -63 * 128 * 4099);
     CHECK(want[3 + 1] == 64 * 128 * 4099);
-    for (auto path : int8_paths()) {
-      CAPTURE(q::to_string(path));
-      std::vector<std::int32_t> got(9);
-      q::gemm_w8a8_s32(a, w, got, path);
-      CHECK(got == want);
-    }
+    check_every_path(a, w, want);
   }
   SUBCASE("quantize_rows with reduce_range: 7 bits, and the W8A8 result still tracks fp32") {
     std::mt19937 rng(17);
@@ -659,12 +652,6 @@ TEST_CASE("quant gemm: row blocks of A across a long K stay exact, full-range an
     if (seven)
       for (auto& v : a.data) v = static_cast<std::int8_t>(static_cast<int>(rng() % 128) - 64);
     const auto w = random_weights(n, k, rng);
-    const auto want = naive_acc(a, w);
-    for (auto path : int8_paths()) {
-      CAPTURE(q::to_string(path));
-      std::vector<std::int32_t> got(m * n, -1);
-      q::gemm_w8a8_s32(a, w, got, path);
-      CHECK(got == want);
-    }
+    check_every_path(a, w);
   }
 }

@@ -256,7 +256,9 @@ FRUGAL_QUANT_TARGET_AVXVNNI inline void micro_avx_vnni(const std::uint8_t* a, st
 
 // A + 64 in [0, 127] against the same panels (see the top of this file): vpmaddubsw, then vpmaddwd by
 // ones sums each channel's four products into an int32, which is vpdpbusd in two instructions. The
-// correction is 64 * colsum(B[n]), half of packed_corr.
+// correction is 64 * colsum(B[n]), half of packed_corr. It mirrors micro_avx_vnni line for line on purpose:
+// each kernel needs its own target attribute, and GCC cannot give two instantiations of one template body
+// different targets.
 template <int MR>
 FRUGAL_QUANT_TARGET_AVX2 inline void micro_avx2_u7(const std::uint8_t* a, std::size_t lda,
                                                    const std::int8_t* b, std::size_t k4,
