@@ -646,6 +646,13 @@ TEST_CASE("quant gemm: row blocks of A across a long K stay exact, full-range an
   CHECK(q::detail::a_block_rows(3004 * 2, 2) == 64);
   CHECK(q::detail::a_block_rows(128, 4) == 192);
   CHECK(q::detail::a_block_rows(64, 8) == 256);
+  CHECK(q::detail::a_block_rows(0, 8) == 256);  // K = 0 (found by fuzz_quant_gemm: a division by zero)
+  {
+    const q::quantized_activations a0{
+        .rows = 3, .cols = 0, .data = {}, .scales = {1, 1, 1}, .zero_points = {}};
+    const auto w0 = q::make_quantized_weights({}, 5, 0, std::vector<float>(5, 1.0f));
+    check_every_path(a0, w0, std::vector<std::int32_t>(15, 0));
+  }
   for (bool seven : {false, true}) {
     CAPTURE(seven);
     auto a = random_activations(m, k, rng, false);

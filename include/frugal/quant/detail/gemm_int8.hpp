@@ -97,7 +97,7 @@ inline std::vector<std::int8_t> pack_b_panels(const std::int8_t* b, std::size_t 
 // of the kernel's mr rows. Without the blocking all of A streamed from L2 or L3 once per panel (MiniLM's M is
 // ~1,800 tokens): 5-12% slower at 64 x 4096^2 and 1024^3 (benchmarks/RESULTS.md, int8 on AVX2).
 inline std::size_t a_block_rows(std::size_t lda, std::size_t mr) noexcept {
-  return std::clamp<std::size_t>(24576 / lda / mr * mr, 64, 256);
+  return std::clamp<std::size_t>(24576 / std::max<std::size_t>(lda, 1) / mr * mr, 64, 256);  // K = 0: lda 0
 }
 
 // The int32 tile a kernel hands to the epilogue: rows m0.., columns n0.. (cnt valid), row stride ldt.
