@@ -47,9 +47,10 @@ struct quantize_rows_options {
   float static_scale = 0.0f;
   /// Seven-bit activations, FBGEMM's and onnxruntime's "reduce range": symmetric in -63..63 (absmax / 63),
   /// asymmetric in -64..63. On a CPU with AVX2 but no VNNI the int8 GEMM then takes a vpmaddubsw kernel
-  /// (about twice the int16 one) instead of widening to int16; both give the exact integer sum. The price
-  /// is one bit of activation precision, measured in the precision benchmark (benchmarks/RESULTS.md).
-  /// With static_scale, the calibrated range stays covered: the scale used is static_scale * 127 / 63.
+  /// (1.3-1.5x the int16 one on the shapes in benchmarks/RESULTS.md) instead of widening to int16; both give
+  /// the exact integer sum. The price is one bit of activation precision, measured in the precision benchmark
+  /// (benchmarks/RESULTS.md). With static_scale, the calibrated range stays covered: the scale used is
+  /// static_scale * 127 / 63.
   bool reduce_range = false;
   simd_path path = simd_path::automatic;
 };

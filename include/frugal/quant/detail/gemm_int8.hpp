@@ -63,23 +63,23 @@ inline void pack_s16(const std::int8_t* a, std::size_t m, std::size_t k, std::in
 }
 
 // A + 64 for vpmaddubsw; says whether every value was in [-64, 63], i.e. whether the vpmaddubsw kernel may
-// take A (the bytes are garbage when not). One pass.
+// take A. It stops at the first row that is not: full-range activations (absmax / 127 puts +-127 in every
+// row) then cost one row of packing before the int16 path, not a whole wasted pass.
 inline bool pack_u7(const std::int8_t* a, std::size_t m, std::size_t k, std::uint8_t* out,
                     std::size_t lda) noexcept {
-  unsigned high = 0;  // bit 7 of a + 64 is set exactly when a is outside [-64, 63]
   for (std::size_t i = 0; i < m; ++i) {
     const std::int8_t* __restrict src = a + i * k;
     std::uint8_t* __restrict dst = out + i * lda;
-    std::uint8_t row_high = 0;
+    std::uint8_t high = 0;  // bit 7 of a + 64 is set exactly when a is outside [-64, 63]
     for (std::size_t t = 0; t < k; ++t) {
       const auto u = static_cast<std::uint8_t>(src[t] + 64);
-      row_high |= u;
+      high |= u;
       dst[t] = u;
     }
-    high |= row_high;
+    if (high & 0x80u) return false;
     std::memset(dst + k, 0, lda - k);
   }
-  return (high & 0x80u) == 0;
+  return true;
 }
 
 inline std::vector<std::int8_t> pack_b_panels(const std::int8_t* b, std::size_t n, std::size_t k) {
