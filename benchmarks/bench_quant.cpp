@@ -294,7 +294,7 @@ void BM_gemm_w8a8(benchmark::State& st) {
 }
 void w8a8_args(benchmark::internal::Benchmark* b) {
   for (auto shape : {std::pair{1, 4096}, std::pair{16, 4096}, std::pair{64, 4096}, std::pair{1024, 1024}}) {
-    for (auto p : {q::simd_path::avx512_vnni, q::simd_path::avx_vnni, q::simd_path::avx2})
+    for (auto p : {q::simd_path::amx, q::simd_path::avx512_vnni, q::simd_path::avx_vnni, q::simd_path::avx2})
       if (q::is_supported(p)) b->Args({shape.first, shape.second, static_cast<int>(p), 0});
     if (q::is_supported(q::simd_path::avx2))
       b->Args({shape.first, shape.second, static_cast<int>(q::simd_path::avx2), 1});

@@ -1,7 +1,8 @@
 // The argument structs of quant/gemm.hpp and quant/int4.hpp, built valid from the fuzzer's bytes and
 // then, most of the time, broken in one field. Property: a broken struct is std::invalid_argument from
 // "frugal::quant::" before any memory is read (ASan sees no access past a buffer, UBSan no division by
-// zero or overflow); an intact one gives the reference result on the portable and the automatic path.
+// zero or overflow); an intact one gives the reference result on the portable and the automatic path
+// (and the AMX path where the CPU has it).
 #include <fuzzer/FuzzedDataProvider.h>
 
 #include <cmath>
@@ -144,7 +145,9 @@ void fuzz_w8a8(FuzzedDataProvider& fdp) {
     default:
       broken = false;
   }
-  for (q::simd_path path : {q::simd_path::portable, q::simd_path::automatic}) {
+  // AMX, where the CPU has it, by name too: the automatic path takes it only from M = 16 rows.
+  for (q::simd_path path : {q::simd_path::portable, q::simd_path::automatic, q::simd_path::amx}) {
+    if (!q::is_supported(path)) continue;
     std::vector<std::int32_t> got(out_size);
     if (run(broken, "gemm_w8a8_s32", [&] { q::gemm_w8a8_s32(a, w, got, path); }))
       for (std::size_t i = 0; i < got.size(); ++i)

@@ -18,11 +18,17 @@ TEST_CASE("quant cpu: FRUGAL_MAX_CPU_ISA caps the paths that automatic picks and
   if (cap.empty()) {
     CHECK(got.avx2 == raw.avx2);
     CHECK(got.avx512_vnni == raw.avx512_vnni);
+    CHECK(got.amx == raw.amx);
+  } else if (cap == "avx512_vnni") {
+    CHECK(got.avx512_vnni == raw.avx512_vnni);
+    CHECK_FALSE(got.amx);
+    CHECK_FALSE(q::is_supported(q::simd_path::amx));
   } else if (cap == "avx2") {
     CHECK(got.avx2 == raw.avx2);
     CHECK_FALSE(got.avx_vnni);
     CHECK_FALSE(got.avx512);
     CHECK_FALSE(got.avx512_vnni);
+    CHECK_FALSE(got.amx);
     CHECK_FALSE(q::is_supported(q::simd_path::avx512));
     CHECK(q::is_supported(q::simd_path::avx2) == raw.avx2);
   } else if (cap == "portable") {
@@ -38,10 +44,12 @@ TEST_CASE("quant cpu: FRUGAL_MAX_CPU_ISA caps the paths that automatic picks and
     FAIL("unexpected FRUGAL_MAX_CPU_ISA for this test: " << cap);
   }
   // The function under the cap, for every name.
-  for (const char* name : {"portable", "avx2", "avx_vnni", "avx512", "avx512_vnni"}) {
+  for (const char* name : {"portable", "avx2", "avx_vnni", "avx512", "avx512_vnni", "amx"}) {
     q::cpu_features f = raw;
     CHECK(q::detail::apply_max_isa(f, name));
     CHECK(f.avx512_vnni <= raw.avx512_vnni);
+    CHECK(f.amx <= raw.amx);
+    CHECK(f.amx == (raw.amx && std::string(name) == "amx"));
   }
   q::cpu_features f = raw;
   CHECK_FALSE(q::detail::apply_max_isa(f, "avx3"));

@@ -79,7 +79,7 @@ TEST_CASE("quant threads: W8A8 on 2, 3 and 7 parts gives the bits of one thread 
     const auto qw = q::quantize_weights_per_channel(w);
     const auto qa = q::quantize_rows(x, {.symmetric = false});
     for (auto path : supported({q::simd_path::portable, q::simd_path::avx2, q::simd_path::avx_vnni,
-                                q::simd_path::avx512_vnni})) {
+                                q::simd_path::avx512_vnni, q::simd_path::amx})) {
       CAPTURE(q::to_string(path));
       std::vector<std::int32_t> acc1(s.m * s.n);
       std::vector<float> f1(s.m * s.n);

@@ -13,10 +13,14 @@ struct cpu_features {
   bool avx_vnni = false;     ///< AVX-VNNI (VEX-encoded vpdpbusd on YMM)
   bool avx512 = false;       ///< AVX-512 F, BW, VL, DQ, with the OS saving ZMM state
   bool avx512_vnni = false;  ///< AVX-512 VNNI
+  bool amx = false;          ///< AMX-TILE + AMX-INT8, with AVX-512 VNNI and the OS's leave to use tile data
 };
 
 /// @brief A SIMD code path; `automatic` picks the best one this CPU supports.
-enum class simd_path { automatic, portable, avx2, avx_vnni, avx512, avx512_vnni };
+///
+/// `amx` (Intel AMX tiles, Sapphire Rapids and later) is an int8 GEMM path only; the other kernels take
+/// their AVX-512 path under it.
+enum class simd_path { automatic, portable, avx2, avx_vnni, avx512, avx512_vnni, amx };
 
 /// @brief The name of a path, for messages and benchmark labels.
 inline constexpr const char* to_string(simd_path p) noexcept {
@@ -33,6 +37,8 @@ inline constexpr const char* to_string(simd_path p) noexcept {
       return "avx512";
     case simd_path::avx512_vnni:
       return "avx512_vnni";
+    case simd_path::amx:
+      return "amx";
   }
   return "?";
 }

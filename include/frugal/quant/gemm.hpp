@@ -355,17 +355,22 @@ FRUGAL_QUANT_TARGET_AVX2 inline void epilogue_avx2(const epilogue_args& e, const
 }
 #endif
 
-enum class int8_level { portable, avx2, avx_vnni, avx512_vnni };
+enum class int8_level { portable, avx2, avx_vnni, avx512_vnni, amx };
 
-inline int8_level resolve_int8_level(simd_path p, const char* who) {
+// Under `automatic`, M below this takes AVX-512 VNNI even where AMX runs: a 16-row tile of A is mostly
+// padding there, and the tile loads of B cost more than the VNNI kernel's (benchmarks/RESULTS.md, AMX).
+inline constexpr std::size_t amx_min_rows = 16;
+
+inline int8_level resolve_int8_level(simd_path p, std::size_t m, const char* who) {
   require_supported(p, who);
   const cpu_features& f = host_cpu_features();
   switch (p) {
     case simd_path::automatic:
-      return f.avx512_vnni ? int8_level::avx512_vnni
-             : f.avx_vnni  ? int8_level::avx_vnni
-             : f.avx2      ? int8_level::avx2
-                           : int8_level::portable;
+      return f.amx && m >= amx_min_rows ? int8_level::amx
+             : f.avx512_vnni            ? int8_level::avx512_vnni
+             : f.avx_vnni               ? int8_level::avx_vnni
+             : f.avx2                   ? int8_level::avx2
+                                        : int8_level::portable;
     case simd_path::portable:
       return int8_level::portable;
     case simd_path::avx2:
@@ -375,6 +380,8 @@ inline int8_level resolve_int8_level(simd_path p, const char* who) {
       return int8_level::avx_vnni;
     case simd_path::avx512_vnni:
       return int8_level::avx512_vnni;
+    case simd_path::amx:
+      return int8_level::amx;
   }
   return int8_level::portable;
 }
@@ -498,6 +505,21 @@ inline void run_int8_gemm(int8_level lv, const quantized_activations& a, const q
   };
 #if FRUGAL_QUANT_X86
   const std::size_t k4 = round_up(k, 4) / 4, lda = k4 * 4;
+  if (lv == int8_level::amx) {
+    // Parts of whole 32-row blocks, so that every part's last block reads padded rows of this buffer.
+    const std::size_t lda64 = round_up(k, amx_k_bytes), mp = round_up(m, amx_rows);
+    const std::unique_ptr<std::int8_t[]> buf(new std::int8_t[mp * lda64]);
+    std::int8_t* const ap = buf.get();
+    pack_amx(a.data.data(), m, mp, k, ap, lda64);
+    const std::vector<std::int8_t> tails = amx_tails(w.packed.data(), round_up(n, panel_width) / panel_width, k4);
+    split_gemm(threads, m, n, k, amx_rows, 2 * panel_width,
+               [&](std::size_t m0, std::size_t m1, std::size_t n0, std::size_t n1) {
+                 const std::size_t p0 = n0 / panel_width;
+                 gemm_s8_amx(ap + m0 * lda64, m1 - m0, lda64, k4, w.packed.data() + p0 * k4 * 64, n1 - n0,
+                             tails.empty() ? nullptr : tails.data() + p0 * 1024, in_place(m0, n0));
+               });
+    return;
+  }
   if (lv == int8_level::avx512_vnni || lv == int8_level::avx_vnni) {
     // Not value-initialised: the packer writes every byte, padding included.
     const std::unique_ptr<std::uint8_t[]> buf(new std::uint8_t[m * lda]);
@@ -552,7 +574,7 @@ inline void gemm_w8a8_impl(const quantized_activations& a, const quantized_weigh
   constexpr const char* who = "frugal::quant::gemm_w8a8";
   check_gemm_shapes(a, w, out_size, opt.bias, who);
   check_activation(opt.activation, true, who);
-  const int8_level lv = resolve_int8_level(opt.path, who);
+  const int8_level lv = resolve_int8_level(opt.path, a.rows, who);
   const epilogue_args e{a.scales.data(),
                         a.zero_points.empty() ? nullptr : a.zero_points.data(),
                         w.scales.data(),
@@ -563,7 +585,7 @@ inline void gemm_w8a8_impl(const quantized_activations& a, const quantized_weigh
                         out,
                         w.rows};
 #if FRUGAL_QUANT_X86
-  if (lv == int8_level::avx512_vnni)
+  if (lv == int8_level::avx512_vnni || lv == int8_level::amx)
     return run_int8_gemm(lv, a, w, opt.threads, [&](const acc_tile& t) { epilogue_avx512(e, t); });
   if (lv != int8_level::portable)
     return run_int8_gemm(lv, a, w, opt.threads, [&](const acc_tile& t) { epilogue_avx2(e, t); });

@@ -35,6 +35,12 @@
 #  define FRUGAL_QUANT_TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c")))
 #  define FRUGAL_QUANT_TARGET_AVX512VNNI \
     __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c")))
+#  define FRUGAL_QUANT_TARGET_AMX \
+    __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,amx-tile,amx-int8,fma,f16c")))
+#  if defined(__linux__)
+#    include <sys/syscall.h>
+#    include <unistd.h>
+#  endif
 #else
 #  define FRUGAL_QUANT_X86 0
 #endif
@@ -76,6 +82,20 @@ inline cpu_features detect_cpu_features() noexcept {
              avx512vl = (b7 >> 31) & 1u;
   f.avx512 = f.avx2 && zmm_os && avx512f && avx512dq && avx512bw && avx512vl;
   f.avx512_vnni = f.avx512 && ((c7 >> 11) & 1u);
+  // AMX: the CPU's AMX-TILE and AMX-INT8 bits, the OS saving tile state (XCR0 bits 17 and 18), and on
+  // Linux the process's leave to use tile data, which the kernel grants on request (arch_prctl
+  // ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA, Linux 5.16+). The leave is process-wide and permanent;
+  // when it is refused (an older kernel, or a thread's sigaltstack too small for the larger signal
+  // frame) the AVX-512 VNNI path stays. Other systems: no AMX.
+  const bool amx_cpu = ((d7 >> 24) & 1u) && ((d7 >> 25) & 1u), amx_os = (xcr0 & 0x60000u) == 0x60000u;
+#  if defined(__linux__)
+  constexpr long arch_req_xcomp_perm = 0x1023, xfeature_xtiledata = 18;
+  f.amx = f.avx512_vnni && amx_cpu && amx_os &&
+          syscall(SYS_arch_prctl, arch_req_xcomp_perm, xfeature_xtiledata) == 0;
+#  else
+  (void)amx_cpu;
+  (void)amx_os;
+#  endif
 #endif
   return f;
 }
@@ -84,16 +104,18 @@ inline cpu_features detect_cpu_features() noexcept {
 
 namespace detail {
 
-// Lowers `f` to the paths up to `cap`, in the order portable < avx2 < avx_vnni < avx512 < avx512_vnni;
-// false for a name that is not one of them.
+// Lowers `f` to the paths up to `cap`, in the order portable < avx2 < avx_vnni < avx512 < avx512_vnni
+// < amx; false for a name that is not one of them.
 inline bool apply_max_isa(cpu_features& f, std::string_view cap) noexcept {
-  if (cap == "avx512_vnni") return true;
-  if (cap == "avx512") {
-    f.avx512_vnni = false;
+  if (cap == "amx") return true;
+  if (cap == "avx512_vnni") {
+    f.amx = false;
+  } else if (cap == "avx512") {
+    f.avx512_vnni = f.amx = false;
   } else if (cap == "avx_vnni") {
-    f.avx512 = f.avx512_vnni = false;
+    f.avx512 = f.avx512_vnni = f.amx = false;
   } else if (cap == "avx2") {
-    f.avx512 = f.avx512_vnni = f.avx_vnni = false;
+    f.avx512 = f.avx512_vnni = f.avx_vnni = f.amx = false;
   } else if (cap == "portable") {
     f = cpu_features{};
   } else {
@@ -105,8 +127,8 @@ inline bool apply_max_isa(cpu_features& f, std::string_view cap) noexcept {
 }  // namespace detail
 
 /// @brief The features of the CPU this process runs on (detected on first use), lowered by the
-/// environment variable FRUGAL_MAX_CPU_ISA when it is set (portable, avx2, avx_vnni, avx512 or
-/// avx512_vnni), as oneDNN's ONEDNN_MAX_CPU_ISA: it makes one machine run, test and time the paths of a
+/// environment variable FRUGAL_MAX_CPU_ISA when it is set (portable, avx2, avx_vnni, avx512, avx512_vnni
+/// or amx), as oneDNN's ONEDNN_MAX_CPU_ISA: it makes one machine run, test and time the paths of a
 /// smaller CPU. Any other value stops the process at first use with a message naming it, since a typo
 /// would otherwise time the wrong path without a word.
 inline const cpu_features& host_cpu_features() noexcept {
@@ -116,7 +138,7 @@ inline const cpu_features& host_cpu_features() noexcept {
     if (cap && *cap && !detail::apply_max_isa(d, cap)) {
       std::fprintf(stderr,
                    "frugal: FRUGAL_MAX_CPU_ISA=\"%s\" is not one of portable, avx2, avx_vnni, avx512, "
-                   "avx512_vnni\n",
+                   "avx512_vnni, amx\n",
                    cap);
       std::abort();
     }
@@ -140,6 +162,8 @@ inline bool is_supported(simd_path p) noexcept {
       return f.avx512;
     case simd_path::avx512_vnni:
       return f.avx512_vnni;
+    case simd_path::amx:
+      return f.amx;
   }
   return false;
 }
@@ -168,6 +192,7 @@ inline float_level resolve_float_level(simd_path p, const char* who) {
       return float_level::avx2;
     case simd_path::avx512:
     case simd_path::avx512_vnni:
+    case simd_path::amx:
       return float_level::avx512;
   }
   return float_level::portable;

@@ -226,6 +226,95 @@ inline void gemm_s8_avx512_vnni(const std::uint8_t* a, std::size_t m, std::size_
   }
 }
 
+// AMX: eight tile registers of up to 16 rows x 64 bytes, and TDPBSSD, which adds a 16 x 64 signed-byte
+// tile times a 64 x 16 signed-byte tile (held as 16 rows of 16 channels x 4 bytes: exactly 16 rows of
+// the panels above) into a 16 x 16 int32 tile, with no saturation and no offset: A is used as it is.
+// Tiles 0-3 are a 32 x 32 block of C, 4-5 two row tiles of A, 6-7 two panels of B. The configuration
+// is fixed at 16 rows x 64 bytes, so A is packed with K rounded up to 64 and rows to a multiple of 32,
+// zero-padded, and a K that is not a multiple of 64 takes its last 16 panel rows from a zero-padded copy.
+inline constexpr std::size_t amx_k_bytes = 64, amx_rows = 32;
+
+struct alignas(64) amx_config {
+  std::uint8_t palette = 1, start_row = 0, reserved[14] = {};
+  std::uint16_t colsb[16] = {};
+  std::uint8_t rows[16] = {};
+};
+
+// A copied into rows of lda = K rounded up to 64 bytes, zero-padded; rows m .. m_padded - 1 are zero.
+inline void pack_amx(const std::int8_t* a, std::size_t m, std::size_t m_padded, std::size_t k,
+                     std::int8_t* out, std::size_t lda) noexcept {
+  if (lda == 0) return;  // K = 0: nothing to copy, and A's data may be null
+  for (std::size_t i = 0; i < m; ++i) {
+    std::memcpy(out + i * lda, a + i * k, k);
+    std::memset(out + i * lda + k, 0, lda - k);
+  }
+  std::memset(out + m * lda, 0, (m_padded - m) * lda);
+}
+
+// C for rows [0, m) of packed A (lda = K rounded up to 64; rows readable up to m rounded up to 32) and
+// panels of bp for n channels. `tails` holds, when k4 % 16 != 0, each panel's last k4 % 16 rows in a
+// zeroed block of 16 x 64 bytes.
+FRUGAL_QUANT_TARGET_AMX inline void gemm_s8_amx(const std::int8_t* a, std::size_t m, std::size_t lda,
+                                                std::size_t k4, const std::int8_t* bp, std::size_t n,
+                                                const std::int8_t* tails, auto&& epilogue) {
+  const std::size_t panels = round_up(n, panel_width) / panel_width;
+  const std::size_t chunks = lda / amx_k_bytes, full = k4 / 16;  // full: chunks read straight from bp
+  amx_config cfg;
+  for (int t = 0; t < 8; ++t) {
+    cfg.rows[t] = 16;
+    cfg.colsb[t] = 64;
+  }
+  _tile_loadconfig(&cfg);
+  alignas(64) std::int32_t tile[amx_rows * 32];
+  const std::size_t mc = std::max(amx_rows, a_block_rows(lda, amx_rows));
+  for (std::size_t i0 = 0; i0 < m; i0 += mc) {
+    const std::size_t i1 = std::min(m, i0 + mc);
+    for (std::size_t p = 0; p < panels; p += 2) {
+      const std::size_t p1 = std::min(p + 1, panels - 1);  // an odd last panel is computed twice
+      const std::size_t n0 = p * panel_width, ncols = std::min<std::size_t>(p1 > p ? 32 : 16, n - n0);
+      const std::int8_t* b0 = bp + p * k4 * 64;
+      const std::int8_t* b1 = bp + p1 * k4 * 64;
+      for (std::size_t i = i0; i < i1; i += amx_rows) {
+        const std::int8_t* ai = a + i * lda;
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+        for (std::size_t c = 0; c < chunks; ++c) {
+          _tile_loadd(4, ai + c * amx_k_bytes, static_cast<long>(lda));
+          _tile_loadd(5, ai + 16 * lda + c * amx_k_bytes, static_cast<long>(lda));
+          if (c < full) {
+            _tile_loadd(6, b0 + c * 16 * 64, 64);
+            _tile_loadd(7, b1 + c * 16 * 64, 64);
+          } else {
+            _tile_loadd(6, tails + p * 1024, 64);
+            _tile_loadd(7, tails + p1 * 1024, 64);
+          }
+          _tile_dpbssd(0, 4, 6);
+          _tile_dpbssd(1, 4, 7);
+          _tile_dpbssd(2, 5, 6);
+          _tile_dpbssd(3, 5, 7);
+        }
+        _tile_stored(0, tile, 128);
+        _tile_stored(1, tile + 16, 128);
+        _tile_stored(2, tile + 16 * 32, 128);
+        _tile_stored(3, tile + 16 * 32 + 16, 128);
+        epilogue(acc_tile{i, std::min(amx_rows, i1 - i), n0, ncols, tile, 32});
+      }
+    }
+  }
+  _tile_release();
+}
+
+// The last k4 % 16 rows of each panel, each in a zeroed 16 x 64-byte block (empty when k4 % 16 == 0).
+inline std::vector<std::int8_t> amx_tails(const std::int8_t* bp, std::size_t panels, std::size_t k4) {
+  const std::size_t rest = k4 % 16;
+  if (rest == 0) return {};
+  std::vector<std::int8_t> t(panels * 1024, 0);
+  for (std::size_t p = 0; p < panels; ++p) std::memcpy(&t[p * 1024], bp + (p * k4 + k4 - rest) * 64, rest * 64);
+  return t;
+}
+
 template <int MR>
 FRUGAL_QUANT_TARGET_AVXVNNI inline void micro_avx_vnni(const std::uint8_t* a, std::size_t lda,
                                                        const std::int8_t* b, std::size_t k4,
