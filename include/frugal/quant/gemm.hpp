@@ -67,7 +67,7 @@ struct quantized_weights {
   std::vector<std::int8_t> data;
   std::vector<float> scales;
   std::vector<std::int32_t> col_sums;
-  std::vector<std::int8_t> packed;        ///< panels of 16 channels x K/4 x 64 bytes
+  aligned_bytes packed;                   ///< panels of 16 channels x K/4 x 64 bytes, on a cache line
   std::vector<std::int32_t> packed_corr;  ///< 128 * col_sums, padded to the panels
   /// @brief Bytes a deployment stores: int8 weights and fp32 scales (not the packed CPU copy).
   std::size_t memory_bytes() const noexcept { return data.size() + scales.size() * sizeof(float); }
@@ -508,10 +508,10 @@ inline void run_int8_gemm(int8_level lv, const quantized_activations& a, const q
   if (lv == int8_level::amx) {
     // Parts of whole 32-row blocks, so that every part's last block reads padded rows of this buffer.
     const std::size_t lda64 = round_up(k, amx_k_bytes), mp = round_up(m, amx_rows);
-    const std::unique_ptr<std::int8_t[]> buf(new std::int8_t[mp * lda64]);
+    const auto buf = aligned_scratch<std::int8_t>(mp * lda64);
     std::int8_t* const ap = buf.get();
     pack_amx(a.data.data(), m, mp, k, ap, lda64);
-    const std::vector<std::int8_t> tails = amx_tails(w.packed.data(), round_up(n, panel_width) / panel_width, k4);
+    const aligned_bytes tails = amx_tails(w.packed.data(), round_up(n, panel_width) / panel_width, k4);
     split_gemm(threads, m, n, k, amx_rows, 2 * panel_width,
                [&](std::size_t m0, std::size_t m1, std::size_t n0, std::size_t n1) {
                  const std::size_t p0 = n0 / panel_width;
@@ -522,7 +522,7 @@ inline void run_int8_gemm(int8_level lv, const quantized_activations& a, const q
   }
   if (lv == int8_level::avx512_vnni || lv == int8_level::avx_vnni) {
     // Not value-initialised: the packer writes every byte, padding included.
-    const std::unique_ptr<std::uint8_t[]> buf(new std::uint8_t[m * lda]);
+    const auto buf = aligned_scratch<std::uint8_t>(m * lda);
     std::uint8_t* const ap = buf.get();
     pack_xor80(a.data.data(), m, k, ap, lda);
     split_gemm(threads, m, n, k, 8, 2 * panel_width,
@@ -539,7 +539,7 @@ inline void run_int8_gemm(int8_level lv, const quantized_activations& a, const q
   }
   if (lv == int8_level::avx2) {
     // Activations in [-64, 63] (reduce_range) take the vpmaddubsw kernel; both give the exact sum.
-    const std::unique_ptr<std::uint8_t[]> u7(new std::uint8_t[m * lda]);
+    const auto u7 = aligned_scratch<std::uint8_t>(m * lda);
     std::uint8_t* const au = u7.get();
     if (pack_u7(a.data.data(), m, k, au, lda)) {
       split_gemm(threads, m, n, k, 8, 2 * panel_width,
@@ -549,7 +549,7 @@ inline void run_int8_gemm(int8_level lv, const quantized_activations& a, const q
                  });
       return;
     }
-    const std::unique_ptr<std::int16_t[]> buf(new std::int16_t[m * lda]);
+    const auto buf = aligned_scratch<std::int16_t>(m * lda);
     std::int16_t* const ap = buf.get();
     pack_s16(a.data.data(), m, k, ap, lda);
     split_gemm(threads, m, n, k, 8, 2 * panel_width,

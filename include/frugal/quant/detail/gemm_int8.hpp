@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "frugal/config.hpp"
+#include "frugal/quant/aligned.hpp"
 #include "frugal/quant/detail/cpu.hpp"
 
 FRUGAL_QUANT_SIMD_BEGIN
@@ -82,9 +83,9 @@ inline bool pack_u7(const std::int8_t* a, std::size_t m, std::size_t k, std::uin
   return true;
 }
 
-inline std::vector<std::int8_t> pack_b_panels(const std::int8_t* b, std::size_t n, std::size_t k) {
+inline aligned_bytes pack_b_panels(const std::int8_t* b, std::size_t n, std::size_t k) {
   const std::size_t np = round_up(n, panel_width) / panel_width, k4 = round_up(k, 4) / 4;
-  std::vector<std::int8_t> out(np * k4 * 64, 0);
+  aligned_bytes out(np * k4 * 64, 0);
   for (std::size_t r = 0; r < n; ++r) {
     const std::size_t p = r / panel_width, j = r % panel_width;
     for (std::size_t c = 0; c < k; ++c) out[(p * k4 + c / 4) * 64 + j * 4 + c % 4] = b[r * k + c];
@@ -266,7 +267,7 @@ FRUGAL_QUANT_TARGET_AMX inline void gemm_s8_amx(const std::int8_t* a, std::size_
   }
   _tile_loadconfig(&cfg);
   alignas(64) std::int32_t tile[amx_rows * 32];
-  const std::size_t mc = std::max(amx_rows, a_block_rows(lda, amx_rows));
+  const std::size_t mc = std::max(amx_rows, std::size_t{512});
   for (std::size_t i0 = 0; i0 < m; i0 += mc) {
     const std::size_t i1 = std::min(m, i0 + mc);
     for (std::size_t p = 0; p < panels; p += 2) {
@@ -307,10 +308,10 @@ FRUGAL_QUANT_TARGET_AMX inline void gemm_s8_amx(const std::int8_t* a, std::size_
 }
 
 // The last k4 % 16 rows of each panel, each in a zeroed 16 x 64-byte block (empty when k4 % 16 == 0).
-inline std::vector<std::int8_t> amx_tails(const std::int8_t* bp, std::size_t panels, std::size_t k4) {
+inline aligned_bytes amx_tails(const std::int8_t* bp, std::size_t panels, std::size_t k4) {
   const std::size_t rest = k4 % 16;
   if (rest == 0) return {};
-  std::vector<std::int8_t> t(panels * 1024, 0);
+  aligned_bytes t(panels * 1024, 0);
   for (std::size_t p = 0; p < panels; ++p) std::memcpy(&t[p * 1024], bp + (p * k4 + k4 - rest) * 64, rest * 64);
   return t;
 }
