@@ -170,22 +170,25 @@ def main():
     isa = a.isa.split()
     # FRUGAL_MAX_CPU_ISA (as run.sh passed it to frugal_embed) lowers what frugal may use.
     cap = os.environ.get("FRUGAL_MAX_CPU_ISA", "")
-    order = ["portable", "avx2", "avx_vnni", "avx512", "avx512_vnni"]
+    order = ["portable", "avx2", "avx_vnni", "avx512", "avx512_vnni", "amx"]
     if cap in order:
         allowed = order[:order.index(cap) + 1]
-        isa = [f for f in isa if f in allowed or (f == "avx512f" and "avx512" in allowed)]
-    int8_path = ("avx512_vnni" if "avx512_vnni" in isa else "avx_vnni" if "avx_vnni" in isa else
+        isa = [f for f in isa if f in allowed or (f == "avx512f" and "avx512" in allowed)
+               or (f == "amx_int8" and "amx" in allowed)]
+    int8_path = ("amx (AMX tiles from 16 rows, avx512_vnni below)" if "amx_int8" in isa and "avx512_vnni" in isa
+                 else "avx512_vnni" if "avx512_vnni" in isa else "avx_vnni" if "avx_vnni" in isa else
                  "avx2" if "avx2" in isa else "portable")
     L.append("# MiniLM (all-MiniLM-L6-v2): frugal precisions against onnxruntime")
     L.append("")
-    L.append("> **Noisy numbers.** This run was made on a small shared machine while other builds were running on "
-             f"it (load average {a.load_start} at the start, {a.load_end} at the end, on {a.nproc} cores). "
-             "Throughput figures, and the ratios between them, can be off by tens of percent; accuracy and memory "
-             "figures are not affected. Re-run `benchmarks/models/run.sh` on a quiet machine for numbers to quote.")
+    L.append("> **Load.** This run was made on a small machine (load average {0} at the start, {1} at the end, on {2} "
+             "cores; the benchmark's own processes count in it). Where the load was well above what the benchmark "
+             "itself makes, other work shared the cores: throughput figures, and the ratios between them, can then be "
+             "off by tens of percent; accuracy and memory figures are not affected.".format(a.load_start, a.load_end,
+                                                                                           a.nproc))
     L.append("")
     L.append(f"- **Date:** {started}")
-    L.append(f"- **CPU:** {a.cpu_model}, {a.nproc} cores; ISA flags present: {a.isa or 'none of avx2 avx512f avx512_vnni avx_vnni'}")
-    L.append(f"- **ISA paths:** frugal's int8 GEMMs dispatch at run time to the best of avx512_vnni > avx_vnni > avx2 > "
+    L.append(f"- **CPU:** {a.cpu_model}, {a.nproc} cores; ISA flags present: {a.isa or 'none of avx2 avx512f avx512_vnni avx_vnni amx_int8'}")
+    L.append(f"- **ISA paths:** frugal's int8 GEMMs dispatch at run time to the best of amx > avx512_vnni > avx_vnni > avx2 > "
              f"portable, so here **{int8_path}**"
              + (f" (capped by FRUGAL_MAX_CPU_ISA={cap})" if cap else "")
              + (" (no VNNI: 8-bit activations widen to int16 for vpmaddwd, 7-bit ones take vpmaddubsw)"

@@ -94,11 +94,11 @@ echo "$load_end" >"$work/loadavg_end"
 cpu_model=$(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -1)
 flags=$(grep -m1 '^flags' /proc/cpuinfo | cut -d: -f2-)
 isa=
-for f in avx2 avx512f avx512_vnni avx_vnni; do
+for f in avx2 avx512f avx512_vnni avx_vnni amx_int8; do
   [[ " $flags " == *" $f "* ]] && isa+="$f "
 done
 isa=${isa% }
-echo "models: CPU ${cpu_model:-unknown}; ISA flags present: ${isa:-none of avx2 avx512f avx512_vnni avx_vnni}" >&2
+echo "models: CPU ${cpu_model:-unknown}; ISA flags present: ${isa:-none of avx2 avx512f avx512_vnni avx_vnni amx_int8}" >&2
 [[ -n ${FRUGAL_MAX_CPU_ISA:-} ]] && echo "models: frugal capped at FRUGAL_MAX_CPU_ISA=$FRUGAL_MAX_CPU_ISA" >&2
 
 commit=$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)
