@@ -60,18 +60,27 @@ def main():
     L.append("# Load test: frugal_server against a Python/onnxruntime peer (wrk, 127.0.0.1)\n")
     L.append(f"- Date: {date}; commit `{commit}`{' (with uncommitted changes)' if dirty else ''}; "
              f"written by `benchmarks/server/run.sh`.")
-    L.append(f"- CPU: {cpu}, {os.cpu_count()} cores (KVM guest); ISA flags: {' '.join(isa)} (no AVX-512, no VNNI).")
-    L.append("- **The machine is a 2-core AMD EPYC shared with other builds and a CI run.** The server, wrk "
-             "(2 threads) and the CI jobs all share the 2 cores, so every figure here is rough: "
-             "a rerun can move them by tens of percent or more. Read ratios, not absolute numbers.")
+    virt = sh("lscpu | sed -n 's/^Hypervisor vendor: *//p'")
+    load = os.environ.get("FRUGAL_LOAD_AVG_START", "")
+    L.append(f"- CPU: {cpu}, {os.cpu_count()} cores{f' ({virt} guest)' if virt else ''}; ISA flags: {' '.join(isa)}"
+             + ("" if "avx512f" in isa else " (no AVX-512)") + ("" if any("vnni" in f for f in isa) else " (no VNNI)")
+             + "; frugal's int8 GEMMs take the best of amx > avx512_vnni > avx_vnni > avx2.")
+    L.append(f"- Load average at the start: {load or 'not recorded'}. The server, wrk (2 threads) and the peer share "
+             "the same cores; anything else running moves the figures, so read ratios within one sitting.")
     L.append("- Model: all-MiniLM-L6-v2 (384-dim), one sentence per request. Corpus: 2048 distinct lines "
              ">= 20 bytes of /usr/share/games/fortunes, drawn Zipf (s = 1) by `post.lua`.")
     L.append(f"- Peer: `benchmarks/server/peer_server.py` (stdlib ThreadingHTTPServer, onnxruntime {ort}, "
              "the ONNX graph of benchmarks/models/peer_onnxruntime.py, one session, 1 intra-op thread: "
              "a pre-run at -c 64 gave 189 req/s with 1 thread against 148 with 2, so the peer gets its better setting). "
-             "No cross-request batching, no cache: what a plain deployment does.")
-    L.append("- frugal_server: `--http-threads 256 --max-queued 512 --window-ms 5`, 1 model thread (its default), "
-             "plus the step's flags below.")
+             "No cross-request batching, no cache: what a plain deployment does. "
+             + ("TCP_NODELAY on (`--tcp-nodelay`), as frugal_server sets it." if "--tcp-nodelay" in
+                os.environ.get("PEER_EXTRA", "") else
+                "TCP_NODELAY off (the stdlib's default): at low concurrency its answers wait out delayed ACKs."))
+    extra = os.environ.get("FRUGAL_EXTRA", "")
+    L.append("- frugal_server: `--http-threads 256 --max-queued 512 --window-ms 5"
+             + (f" {extra}" if extra else "") + "`"
+             + ("" if "--model-threads" in extra else ", 1 model thread (its default)")
+             + ", plus the step's flags below.")
     if os.environ.get("FRUGAL_LOAD_NOTE"):
         L.append("- **" + os.environ["FRUGAL_LOAD_NOTE"] + "**")
     L.append("")

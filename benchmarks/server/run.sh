@@ -28,7 +28,7 @@ PEERS=${PEERS-"fp32 int8"}
 # The peer's Python: build/venv-peer, made when missing (only when a peer runs).
 PEER_PY=${PEER_PY:-}
 if [ -n "$PEERS" ] && [ -z "$PEER_PY" ]; then PEER_PY=$("$ROOT/benchmarks/peer_venv.sh"); fi
-PEER_EXTRA=${PEER_EXTRA:-}
+export PEER_EXTRA=${PEER_EXTRA:-}
 OVERLOAD=${OVERLOAD:-1}
 WORK=$ROOT/build/$NAME
 RES=$ROOT/benchmarks/server/results
@@ -39,6 +39,8 @@ SERVER=${FRUGAL_SERVER_BIN:-$ROOT/build/release/examples/server/frugal_server}
 mkdir -p "$WORK" "$RAW"
 rm -f "$RAW"/*.txt "$WORK"/rows.tsv "$WORK"/overload.env "$WORK"/idle_rss "$WORK"/exits
 START_DATE=$(date -u '+%Y-%m-%d %H:%M UTC')
+export FRUGAL_LOAD_AVG_START; FRUGAL_LOAD_AVG_START=$(cut -d' ' -f1-3 /proc/loadavg)
+export FRUGAL_EXTRA="${FRUGAL_EXTRA:-}"
 echo "$START_DATE" > "$WORK/date"
 
 echo "== build" >&2
