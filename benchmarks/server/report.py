@@ -146,7 +146,7 @@ def main():
         secs = ow["duration_us"] / 1e6
         L.append("## Overload: -c 512 for 60 s against `--max-queued 64`\n")
         L.append("frugal_server `--precision int8 --max-batch 64 --window-ms 5 --max-queued 64 --cache-entries 0 "
-                 "--http-threads 512` (no cache, so that every request reaches the model's queue); "
+                 "--http-threads 512" + (" " + os.environ["OVERLOAD_EXTRA"] if os.environ.get("OVERLOAD_EXTRA") else "") + "` (no cache, so that every request reaches the model's queue); "
                  "`FRUGAL_WRK_CHECK=1 wrk -t 2 -c 512 -d 60s --timeout 30s` checks every response.\n")
         L.append(f"- Offered: {ow['requests']:.0f} responses in {secs:.1f} s = {ow['rps']:.0f}/s; "
                  f"accepted (200): {ow.get('ok_valid', 0) + ow.get('ok_invalid', 0):.0f} = "
@@ -190,7 +190,8 @@ def main():
     L.append("python benchmarks/server/peer_server.py --model build/models/all-MiniLM-L6-v2 --port 0 --precision fp32|int8 --threads 1")
     L.append("FRUGAL_WRK_SENTENCES=build/load/corpus.txt wrk -t 2 -c C -d 10s --timeout 30s --latency \\")
     L.append("  -s benchmarks/server/post_latency.lua http://127.0.0.1:PORT/v1/embeddings      # C in 1 16 64 256")
-    L.append("frugal_server ... --http-threads 512 --max-queued 64 --window-ms 5 --max-batch 64 --cache-entries 0 --precision int8")
+    L.append("frugal_server ... --http-threads 512 --max-queued 64 --window-ms 5 --max-batch 64 --cache-entries 0 --precision int8"
+             + (" " + os.environ["OVERLOAD_EXTRA"] if os.environ.get("OVERLOAD_EXTRA") else ""))
     L.append("FRUGAL_WRK_CHECK=1 wrk -t 2 -c 512 -d 60s --timeout 30s --latency -s benchmarks/server/post_latency.lua URL")
     L.append("```")
     L.append("\n`--timeout 30s`: wrk's default 2 s timeout drops the slowest requests from its latency figures; "

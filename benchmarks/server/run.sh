@@ -10,7 +10,7 @@
 #
 #   benchmarks/server/run.sh            (env: PEER_PY=python with onnxruntime, default build/venv-peer, DURATION=10s, OVERLOAD_S=60)
 # A partial or variant sitting: NAME=load_x (results/NAME.md, results/raw_NAME/), STEPS="c d",
-# PEERS="fp32", PEER_EXTRA="--tcp-nodelay", FRUGAL_EXTRA="--model-threads 2", OVERLOAD=0, FRUGAL_SERVER_BIN=another build of frugal_server,
+# PEERS="fp32", PEER_EXTRA="--tcp-nodelay", OVERLOAD_EXTRA (default "--http-nice 19"), FRUGAL_EXTRA="--model-threads 2", OVERLOAD=0, FRUGAL_SERVER_BIN=another build of frugal_server,
 # FRUGAL_LOAD_NOTE="a line for the report".
 # Needs: cmake, a C++20 compiler, libcpp-httplib-dev, wrk, curl, python3; the model in
 # build/models/all-MiniLM-L6-v2 (or FRUGAL_MODEL_DIR); for the peer, a venv with onnx, onnxruntime,
@@ -29,6 +29,8 @@ PEERS=${PEERS-"fp32 int8"}
 PEER_PY=${PEER_PY:-}
 if [ -n "$PEERS" ] && [ -z "$PEER_PY" ]; then PEER_PY=$("$ROOT/benchmarks/peer_venv.sh"); fi
 export PEER_EXTRA=${PEER_EXTRA:-}
+# The overload server's extra flags: its HTTP threads below the model's, so that accepted work gets the CPU.
+export OVERLOAD_EXTRA=${OVERLOAD_EXTRA---http-nice 19}
 OVERLOAD=${OVERLOAD:-1}
 WORK=$ROOT/build/$NAME
 RES=$ROOT/benchmarks/server/results
@@ -129,8 +131,9 @@ done
 
 if [ "$OVERLOAD" = 1 ]; then
 echo "== overload: -c 512 for ${OVERLOAD_S}s against --max-queued 64" >&2
+# shellcheck disable=SC2086
 start frugal_overload "$SERVER" --model "$MODEL" --port 0 --http-threads 512 --max-queued 64 --window-ms 5 \
-  --max-batch 64 --cache-entries 0 --precision int8
+  --max-batch 64 --cache-entries 0 --precision int8 $OVERLOAD_EXTRA
 rss_before=$(rss_kb)
 # RSS once a second, and a probe (curl, one request at a time) that times each answer, 429s included
 ( while kill -0 "$PID" 2> /dev/null; do rss_kb; sleep 1; done ) > "$WORK/overload_rss.txt" 2> /dev/null &

@@ -3,6 +3,7 @@
 //   frugal_server --model DIR [--host 127.0.0.1] [--port 8080] [--precision int8|fp32|fp16|bf16|int4]
 //                 [--calibration FILE] [--max-batch N] [--max-batch-tokens N] [--window-ms X]
 //                 [--max-queued N] [--max-body-bytes N] [--cache-entries N] [--http-threads N]
+//                 [--http-nice N]  (HTTP threads' nice value 0 .. 19, default 0; 19: the model first)
 //                 [--model-threads N] [--token-file FILE] [--export-dir DIR] [--hourly-usd X]
 //                 [--redis HOST:PORT]  (a shared result tier for replicas; password from
 //                 FRUGAL_REDIS_PASSWORD)
@@ -20,6 +21,7 @@
 #include <signal.h>
 #include <sys/socket.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -55,6 +57,7 @@ int main(int argc, char** argv) {
     o.model_dir = FRUGAL_DEFAULT_MODEL_DIR;
   if (const char* t = std::getenv("FRUGAL_SERVER_TOKEN"); t && *t) o.token = t;
   std::string models_file;
+  int http_nice = 0;
   try {
     for (int i = 1; i < argc; ++i) {
       const std::string a = argv[i];
@@ -94,6 +97,8 @@ int main(int argc, char** argv) {
         o.cache_entries = count_of(a, value(), 0, 1ull << 30);
       else if (a == "--http-threads")
         o.http_threads = static_cast<int>(count_of(a, value(), 1, 4096));
+      else if (a == "--http-nice")
+        http_nice = static_cast<int>(count_of(a, value(), 0, 19));
       else if (a == "--model-threads")
         o.model_threads = count_of(a, value(), 1, 256);
       else if (a == "--request-timeout-s")
@@ -149,14 +154,29 @@ int main(int argc, char** argv) {
     app.load();
     httplib::Server http;
     const int threads = o.http_threads;
-    http.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<std::size_t>(threads)); };
+    http.new_task_queue = [threads, http_nice] {
+      return new server::nice_pool(static_cast<std::size_t>(threads), http_nice);
+    };
     app.routes(http);
+    // Debian's cpp-httplib is a shared library that listens with a backlog of 5, fixed when it was built.
+    // Under load that dropped handshakes (the overload test at -c 512: 2,944 listen drops in 20 s), and a
+    // client whose handshake was dropped resent its request with exponential backoff, for seconds. Linux
+    // lets a second listen() change the backlog, so the listening socket is kept and listened on again.
+    socket_t listener = INVALID_SOCKET;
+    http.set_socket_options([&listener](socket_t s) {
+      httplib::default_socket_options(s);
+      listener = s;
+    });
     int port = o.port;
     if (port == 0)
       port = http.bind_to_any_port(o.host);
     else if (!http.bind_to_port(o.host, port))
       port = -1;
     if (port < 0) throw std::runtime_error("cannot listen on " + o.host + ":" + std::to_string(o.port));
+    constexpr int listen_backlog = 1024;  // the kernel caps it at net.core.somaxconn
+    if (listener == INVALID_SOCKET || ::listen(listener, listen_backlog) != 0)
+      throw std::runtime_error("cannot widen the listen backlog of " + o.host + ":" + std::to_string(port) +
+                               ": " + std::strerror(errno));
     std::thread signals([&] {
       int sig = 0;
       sigwait(&sigs, &sig);

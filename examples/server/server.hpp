@@ -14,12 +14,15 @@
 // worker; a worker holds a lease on its model for one batch at a time.
 #include <malloc.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -45,6 +48,40 @@
 #include "semantic_route.hpp"
 
 namespace server {
+
+/// @brief httplib's thread pool, whose threads run at nice value @p nice (Linux; elsewhere unchanged;
+/// frugal_server's --http-nice, default 0). The HTTP threads parse, answer 429s and serialise; the model's
+/// threads do the work that was accepted. Under overload (wrk -c 512 on the same 2 cores, 512 HTTP threads)
+/// the model's 2 threads got so little of the CPU that 150 embeddings/s were accepted; at nice 19 the
+/// model is served first and 288/s were (benchmarks/RESULTS.md, server). At c = 64 below capacity it
+/// changed nothing (1,972-2,019 req/s at 0, 1,988-2,059 at 19). A value that cannot be set is reported once.
+class nice_pool : public httplib::TaskQueue {
+ public:
+  nice_pool(std::size_t threads, int nice) : pool_(threads), nice_(nice) {}
+  void enqueue(std::function<void()> fn) override {
+    pool_.enqueue([this, fn = std::move(fn)] {
+      lower_once();
+      fn();
+    });
+  }
+  void shutdown() override { pool_.shutdown(); }
+
+ private:
+  void lower_once() const {
+    thread_local bool done = false;
+    if (done || nice_ == 0) return;
+    done = true;
+#if defined(__linux__)
+    if (setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), nice_) != 0 &&
+        !warned_.exchange(true))
+      std::fprintf(stderr, "frugal_server: cannot set the HTTP threads' nice value to %d: %s\n", nice_,
+                   std::strerror(errno));
+#endif
+  }
+  httplib::ThreadPool pool_;
+  int nice_;
+  mutable std::atomic<bool> warned_{false};
+};
 
 using json = nlohmann::json;
 using clock = std::chrono::steady_clock;
@@ -250,6 +287,13 @@ class app {
     http.set_read_timeout(opt_.io_timeout_s, 0);
     http.set_write_timeout(opt_.io_timeout_s, 0);
     http.set_keep_alive_timeout(2);
+    // httplib closes a keep-alive connection after 5 requests by default, and Debian's build listens with a
+    // backlog of 5: under load the reconnects overflowed the backlog, and a client whose handshake was
+    // dropped resent its request with exponential backoff, for up to 26 s (found by the overload test:
+    // 9,486 listen drops in 20 s at -c 512; main.cpp widens the backlog). 100 requests a connection: a
+    // connection holds an HTTP thread for its life, so with every thread busy a new client waits for one
+    // to rotate (at 1,000 a probe waited 23 s under overload).
+    http.set_keep_alive_max_count(100);
     // Without it every keep-alive response waits out the client's delayed ACK (~40 ms a request: found
     // by the wrk load test, where a cache hit at concurrency 1 took 43 ms instead of 0.14 ms).
     http.set_tcp_nodelay(true);

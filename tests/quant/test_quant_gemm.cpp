@@ -16,8 +16,8 @@ namespace {
 
 std::vector<q::simd_path> int8_paths() {
   std::vector<q::simd_path> p;
-  for (auto s : {q::simd_path::portable, q::simd_path::avx2, q::simd_path::avx_vnni, q::simd_path::avx512_vnni,
-                 q::simd_path::amx})
+  for (auto s : {q::simd_path::portable, q::simd_path::avx2, q::simd_path::avx_vnni,
+                 q::simd_path::avx512_vnni, q::simd_path::amx})
     if (q::is_supported(s)) p.push_back(s);
   return p;
 }
@@ -458,10 +458,10 @@ TEST_CASE("quant gemm: hostile argument structs fail with an error naming the fu
   SUBCASE("valid structs still give the exact result on every path") {
     const auto want = naive_acc(a0, w0);
     for (auto p : int8_paths()) {
-        std::vector<std::int32_t> got(8);
-        q::gemm_w8a8_s32(a0, w0, got, p);
-        CHECK(got == want);
-      }
+      std::vector<std::int32_t> got(8);
+      q::gemm_w8a8_s32(a0, w0, got, p);
+      CHECK(got == want);
+    }
     CHECK_NOTHROW(q::gemm_w8a8(a0, w0, o8, {.output_scale = 0.05f}));
     CHECK_NOTHROW(q::gemm_weight_only(xf, 2, w0, out));
   }

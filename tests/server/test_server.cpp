@@ -13,9 +13,13 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -292,7 +296,7 @@ TEST_CASE("server: SIGTERM answers every accepted request, flushes the ledger's 
 TEST_CASE("server: overload is refused at once with 429 and Retry-After; every accepted request succeeds") {
   if (!have_model()) return;
   server_proc s({"--max-queued", "4", "--window-ms", "50", "--max-batch", "4", "--http-threads", "48",
-                 "--cache-entries", "0"});
+                 "--cache-entries", "0", "--http-nice", "19"});
   constexpr int n = 40;
   std::atomic<int> ok{0}, rejected{0}, other{0};
   std::vector<std::jthread> clients;
@@ -323,6 +327,34 @@ TEST_CASE("server: overload is refused at once with 429 and Retry-After; every a
   CHECK(metric(m, "frugal_requests_total{feature=\"default\",outcome=\"error\"}") == 0);
   CHECK(c.Get("/readyz")->status == 200);
   CHECK(c.Post("/v1/embeddings", body("after the storm"), "application/json")->status == 200);
+  // --http-nice 19: the HTTP threads that served a request run at nice 19, the model's and the main
+  // thread at 0 (so that under overload accepted work gets the CPU first).
+  std::map<long, int> nices;  // nice value -> threads
+  for (const auto& t :
+       std::filesystem::directory_iterator("/proc/" + std::to_string(s.proc->pid()) + "/task")) {
+    std::ifstream f(t.path() / "stat");
+    std::string stat((std::istreambuf_iterator<char>(f)), {});
+    std::istringstream rest(stat.substr(stat.rfind(')') + 2));
+    std::string field;
+    for (int i = 0; i <= 16; ++i) rest >> field;  // state is field 3, nice field 19
+    ++nices[std::stol(field)];
+  }
+  CHECK(nices[19] >= 1);
+  CHECK(nices[0] >= 1);
+  CHECK(nices.size() == 2);
+  // The listen backlog is widened from Debian's httplib's 5 (`ss` shows it as Send-Q of the listener).
+  if (FILE* p = ::popen(("ss -lntH 'sport = :" + std::to_string(s.port) + "' 2>/dev/null").c_str(), "r")) {
+    char buf[512] = {};
+    const std::string line = std::fgets(buf, sizeof buf, p) ? buf : "";
+    ::pclose(p);
+    std::istringstream in(line);
+    std::string state, recv_q, send_q;
+    in >> state >> recv_q >> send_q;
+    if (state == "LISTEN")
+      CHECK(std::stol(send_q) >= 128);
+    else
+      MESSAGE("ss gave no LISTEN line for the port: the backlog check is skipped");
+  }
 }
 
 TEST_CASE("server: a real Prometheus scrapes /metrics and sees frugal's series with the right values") {

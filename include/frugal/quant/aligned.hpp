@@ -29,9 +29,9 @@ struct cache_aligned_allocator {
   cache_aligned_allocator(const cache_aligned_allocator<U>&) noexcept {}
   T* allocate(std::size_t n) {
     if (n > std::numeric_limits<std::size_t>::max() / sizeof(T)) throw std::bad_array_new_length();
-    return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t{cache_line_bytes}));
+    return static_cast<T*>(::operator new (n * sizeof(T), std::align_val_t{cache_line_bytes}));
   }
-  void deallocate(T* p, std::size_t) noexcept { ::operator delete(p, std::align_val_t{cache_line_bytes}); }
+  void deallocate(T* p, std::size_t) noexcept { ::operator delete (p, std::align_val_t{cache_line_bytes}); }
   friend bool operator==(const cache_aligned_allocator&, const cache_aligned_allocator&) noexcept {
     return true;
   }
@@ -43,7 +43,7 @@ using aligned_bytes = std::vector<std::int8_t, cache_aligned_allocator<std::int8
 namespace detail {
 
 struct aligned_delete {
-  void operator()(void* p) const noexcept { ::operator delete(p, std::align_val_t{cache_line_bytes}); }
+  void operator()(void* p) const noexcept { ::operator delete (p, std::align_val_t{cache_line_bytes}); }
 };
 
 /// n uninitialised elements of a trivial type on a cache line (the kernels' scratch: every byte is
@@ -53,7 +53,7 @@ std::unique_ptr<T[], aligned_delete> aligned_scratch(std::size_t n) {
   static_assert(std::is_trivially_default_constructible_v<T> && std::is_trivially_destructible_v<T>);
   if (n > std::numeric_limits<std::size_t>::max() / sizeof(T)) throw std::bad_array_new_length();
   return std::unique_ptr<T[], aligned_delete>(
-      static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t{cache_line_bytes})));
+      static_cast<T*>(::operator new (n * sizeof(T), std::align_val_t{cache_line_bytes})));
 }
 
 }  // namespace detail

@@ -312,7 +312,8 @@ inline aligned_bytes amx_tails(const std::int8_t* bp, std::size_t panels, std::s
   const std::size_t rest = k4 % 16;
   if (rest == 0) return {};
   aligned_bytes t(panels * 1024, 0);
-  for (std::size_t p = 0; p < panels; ++p) std::memcpy(&t[p * 1024], bp + (p * k4 + k4 - rest) * 64, rest * 64);
+  for (std::size_t p = 0; p < panels; ++p)
+    std::memcpy(&t[p * 1024], bp + (p * k4 + k4 - rest) * 64, rest * 64);
   return t;
 }
 
