@@ -651,6 +651,13 @@ TEST_CASE("quant gemm: row blocks of A across a long K stay exact, full-range an
     const auto w0 = q::make_quantized_weights({}, 5, 0, std::vector<float>(5, 1.0f));
     check_every_path(a0, w0, std::vector<std::int32_t>(15, 0));
   }
+  // More rows than one AMX block (amx_block_rows), with an M tail and an odd number of panels.
+  {
+    const std::size_t big_m = q::detail::amx_block_rows + 77;
+    const auto a = random_activations(big_m, 70, rng, false);
+    const auto w = random_weights(40, 70, rng);
+    check_every_path(a, w);
+  }
   for (bool seven : {false, true}) {
     CAPTURE(seven);
     auto a = random_activations(m, k, rng, false);

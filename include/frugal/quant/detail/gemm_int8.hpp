@@ -123,6 +123,14 @@ inline void gemm_s8_portable(const std::int8_t* a, std::size_t m, std::size_t k,
   }
 }
 
+// The AMX kernel's shape (see gemm_s8_amx below).
+inline constexpr std::size_t amx_k_bytes = 64, amx_rows = 32;
+// Rows of A per block, a multiple of amx_rows: each pair of panels of B passes a block once. 128, 256 and
+// 512 rows, and a_block_rows' 24 KiB, gave the same times within 5% on MiniLM's shapes (M = 640, K = 384
+// and 1536) and at 1024^3, measured while the buffers were still unaligned (before the cache-line
+// allocator); not re-measured since.
+inline constexpr std::size_t amx_block_rows = 512;
+
 #if FRUGAL_QUANT_X86
 // Named accumulators, not an array: GCC 12 shuffles an unrolled array of them between registers on
 // every iteration, which halves the throughput of this loop.
@@ -233,7 +241,6 @@ inline void gemm_s8_avx512_vnni(const std::uint8_t* a, std::size_t m, std::size_
 // Tiles 0-3 are a 32 x 32 block of C, 4-5 two row tiles of A, 6-7 two panels of B. The configuration
 // is fixed at 16 rows x 64 bytes, so A is packed with K rounded up to 64 and rows to a multiple of 32,
 // zero-padded, and a K that is not a multiple of 64 takes its last 16 panel rows from a zero-padded copy.
-inline constexpr std::size_t amx_k_bytes = 64, amx_rows = 32;
 
 struct alignas(64) amx_config {
   std::uint8_t palette = 1, start_row = 0, reserved[14] = {};
@@ -267,7 +274,7 @@ FRUGAL_QUANT_TARGET_AMX inline void gemm_s8_amx(const std::int8_t* a, std::size_
   }
   _tile_loadconfig(&cfg);
   alignas(64) std::int32_t tile[amx_rows * 32];
-  const std::size_t mc = std::max(amx_rows, std::size_t{512});
+  const std::size_t mc = amx_block_rows;
   for (std::size_t i0 = 0; i0 < m; i0 += mc) {
     const std::size_t i1 = std::min(m, i0 + mc);
     for (std::size_t p = 0; p < panels; p += 2) {
