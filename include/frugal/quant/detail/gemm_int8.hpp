@@ -98,7 +98,8 @@ inline aligned_bytes pack_b_panels(const std::int8_t* b, std::size_t n, std::siz
 // of the kernel's mr rows. Without the blocking all of A streamed from L2 or L3 once per panel (MiniLM's M is
 // ~1,800 tokens): 5-12% slower at 64 x 4096^2 and 1024^3 (benchmarks/RESULTS.md, int8 on AVX2).
 inline std::size_t a_block_rows(std::size_t lda, std::size_t mr) noexcept {
-  return std::clamp<std::size_t>(24576 / std::max<std::size_t>(lda, 1) / mr * mr, 64, 256);  // K = 0: lda 0
+  const std::size_t rows = std::clamp<std::size_t>(24576 / std::max<std::size_t>(lda, 1), 64, 256);  // K = 0: lda 0
+  return rows / mr * mr;
 }
 
 // The int32 tile a kernel hands to the epilogue: rows m0.., columns n0.. (cnt valid), row stride ldt.
@@ -386,11 +387,13 @@ FRUGAL_QUANT_TARGET_AVX2 inline void micro_avx2_u7(const std::uint8_t* a, std::s
   }
 }
 
-// One panel of 16 channels by up to 4 rows at a time, for the 256-bit kernels: `micro(rows, a, b,
-// corr, tile)` with rows a compile-time constant (std::integral_constant).
-inline void gemm_s8_panels_mr4(const std::uint8_t* a, std::size_t m, std::size_t k4, const std::int8_t* bp,
-                               std::size_t n, const std::int32_t* corr, auto&& micro, auto&& epilogue) {
-  constexpr std::size_t mr = 4;
+// One panel of 16 channels by up to MR rows at a time, for the 256-bit kernels: `micro(rows, a, b, corr, tile)`
+// with rows a compile-time constant (std::integral_constant) in [1, MR].
+template <int MR>
+inline void gemm_s8_panels(const std::uint8_t* a, std::size_t m, std::size_t k4, const std::int8_t* bp, std::size_t n,
+                           const std::int32_t* corr, auto&& micro, auto&& epilogue) {
+  static_assert(MR >= 1 && MR <= 4);
+  constexpr auto mr = static_cast<std::size_t>(MR);
   const std::size_t panels = round_up(n, panel_width) / panel_width, lda = k4 * 4;
   alignas(64) std::int32_t tile[mr * 16];
   const std::size_t mc = a_block_rows(lda, mr);  // as in gemm_s8_avx512_vnni
@@ -402,20 +405,25 @@ inline void gemm_s8_panels_mr4(const std::uint8_t* a, std::size_t m, std::size_t
       for (std::size_t i = i0; i < i1; i += mr) {
         const std::size_t rows = std::min(mr, i1 - i);
         const std::uint8_t* ai = a + i * lda;
-        switch (rows) {
-          case 4:
+        if constexpr (MR >= 4)
+          if (rows == 4) {
             micro(std::integral_constant<int, 4>{}, ai, b, corr + n0, tile);
-            break;
-          case 3:
+            epilogue(acc_tile{i, rows, n0, ncols, tile, 16});
+            continue;
+          }
+        if constexpr (MR >= 3)
+          if (rows == 3) {
             micro(std::integral_constant<int, 3>{}, ai, b, corr + n0, tile);
-            break;
-          case 2:
+            epilogue(acc_tile{i, rows, n0, ncols, tile, 16});
+            continue;
+          }
+        if constexpr (MR >= 2)
+          if (rows == 2) {
             micro(std::integral_constant<int, 2>{}, ai, b, corr + n0, tile);
-            break;
-          default:
-            micro(std::integral_constant<int, 1>{}, ai, b, corr + n0, tile);
-            break;
-        }
+            epilogue(acc_tile{i, rows, n0, ncols, tile, 16});
+            continue;
+          }
+        micro(std::integral_constant<int, 1>{}, ai, b, corr + n0, tile);
         epilogue(acc_tile{i, rows, n0, ncols, tile, 16});
       }
     }
@@ -424,18 +432,25 @@ inline void gemm_s8_panels_mr4(const std::uint8_t* a, std::size_t m, std::size_t
 inline void gemm_s8_avx_vnni(const std::uint8_t* a, std::size_t m, std::size_t k4, const std::int8_t* bp,
                              std::size_t n, const std::int32_t* corr, auto&& epilogue) {
   const std::size_t lda = k4 * 4;
-  gemm_s8_panels_mr4(
+  gemm_s8_panels<4>(
       a, m, k4, bp, n, corr,
       [=](auto rows, const std::uint8_t* ai, const std::int8_t* b, const std::int32_t* cr,
           std::int32_t* tile) { micro_avx_vnni<decltype(rows)::value>(ai, lda, b, k4, cr, tile); },
       epilogue);
 }
 
+// Rows per vpmaddubsw micro-kernel. The kernel is bound by the two multiply pipes (vpmaddubsw and vpmaddwd
+// share them on Zen 3), not by loads, so fewer rows cost nothing there; what matters is that the
+// accumulators, the ones, two B rows and the temporaries stay in the 16 ymm registers. With 4 rows GCC 12
+// spilled an accumulator whenever the kernel was compiled out of line, and the store-to-load round trip in
+// the loop made it 27% slower (1024^3 on Zen 3: 15.8 against 12.3-12.7 ms with 2 rows; RESULTS.md, int8 on AVX2).
+inline constexpr int u7_rows = 2;
+
 // `a` holds A + 64, every byte in [0, 127] (pack_u7 checked it).
 inline void gemm_u7_avx2(const std::uint8_t* a, std::size_t m, std::size_t k4, const std::int8_t* bp,
                          std::size_t n, const std::int32_t* corr, auto&& epilogue) {
   const std::size_t lda = k4 * 4;
-  gemm_s8_panels_mr4(
+  gemm_s8_panels<u7_rows>(
       a, m, k4, bp, n, corr,
       [=](auto rows, const std::uint8_t* ai, const std::int8_t* b, const std::int32_t* cr,
           std::int32_t* tile) { micro_avx2_u7<decltype(rows)::value>(ai, lda, b, k4, cr, tile); },
