@@ -98,7 +98,8 @@ inline aligned_bytes pack_b_panels(const std::int8_t* b, std::size_t n, std::siz
 // of the kernel's mr rows. Without the blocking all of A streamed from L2 or L3 once per panel (MiniLM's M is
 // ~1,800 tokens): 5-12% slower at 64 x 4096^2 and 1024^3 (benchmarks/RESULTS.md, int8 on AVX2).
 inline std::size_t a_block_rows(std::size_t lda, std::size_t mr) noexcept {
-  const std::size_t rows = std::clamp<std::size_t>(24576 / std::max<std::size_t>(lda, 1), 64, 256);  // K = 0: lda 0
+  const std::size_t rows =
+      std::clamp<std::size_t>(24576 / std::max<std::size_t>(lda, 1), 64, 256);  // K = 0: lda 0
   return rows / mr * mr;
 }
 
@@ -387,11 +388,11 @@ FRUGAL_QUANT_TARGET_AVX2 inline void micro_avx2_u7(const std::uint8_t* a, std::s
   }
 }
 
-// One panel of 16 channels by up to MR rows at a time, for the 256-bit kernels: `micro(rows, a, b, corr, tile)`
-// with rows a compile-time constant (std::integral_constant) in [1, MR].
+// One panel of 16 channels by up to MR rows at a time, for the 256-bit kernels: `micro(rows, a, b, corr,
+// tile)` with rows a compile-time constant (std::integral_constant) in [1, MR].
 template <int MR>
-inline void gemm_s8_panels(const std::uint8_t* a, std::size_t m, std::size_t k4, const std::int8_t* bp, std::size_t n,
-                           const std::int32_t* corr, auto&& micro, auto&& epilogue) {
+inline void gemm_s8_panels(const std::uint8_t* a, std::size_t m, std::size_t k4, const std::int8_t* bp,
+                           std::size_t n, const std::int32_t* corr, auto&& micro, auto&& epilogue) {
   static_assert(MR >= 1 && MR <= 4);
   constexpr auto mr = static_cast<std::size_t>(MR);
   const std::size_t panels = round_up(n, panel_width) / panel_width, lda = k4 * 4;
@@ -443,7 +444,7 @@ inline void gemm_s8_avx_vnni(const std::uint8_t* a, std::size_t m, std::size_t k
 // share them on Zen 3), not by loads, so fewer rows cost nothing there; what matters is that the
 // accumulators, the ones, two B rows and the temporaries stay in the 16 ymm registers. With 4 rows GCC 12
 // spilled an accumulator whenever the kernel was compiled out of line, and the store-to-load round trip in
-// the loop made it 27% slower (1024^3 on Zen 3: 15.8 against 12.3-12.7 ms with 2 rows; RESULTS.md, int8 on AVX2).
+// the loop made it 27% slower (1024^3 on Zen 3: 16.0 against 12.6 ms with 2 rows; RESULTS.md, Zen 3).
 inline constexpr int u7_rows = 2;
 
 // `a` holds A + 64, every byte in [0, 127] (pack_u7 checked it).
