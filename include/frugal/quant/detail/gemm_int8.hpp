@@ -460,6 +460,12 @@ inline void gemm_u7_avx2(const std::uint8_t* a, std::size_t m, std::size_t k4, c
 
 // Plain AVX2 has no byte dot product that is exact (vpmaddubsw saturates), so A and B are widened to
 // int16 and multiplied with vpmaddwd: each int32 lane gets two products, summed pairwise at the end.
+// Each quarter of the panel row is widened, used by every row and dropped before the next, so that only
+// one widened B is live: 8 accumulators, the rows' broadcasts and one B stay well inside the 16 ymm
+// registers. With all four quarters live (14 registers before any temporary), GCC 12 spilled an
+// accumulator wherever the kernel was inlined into a different caller, a store-to-load round trip per
+// iteration: MiniLM int8 on Zen 3 fell from 67 to 45 sentences/s with an unrelated change to the caller
+// (benchmarks/RESULTS.md, Zen 3).
 template <int MR>
 FRUGAL_QUANT_TARGET_AVX2 inline void micro_avx2(const std::int16_t* a, std::size_t lda, const std::int8_t* b,
                                                 std::size_t k4, std::int32_t* c) noexcept {
@@ -467,17 +473,19 @@ FRUGAL_QUANT_TARGET_AVX2 inline void micro_avx2(const std::int16_t* a, std::size
   FRUGAL_QUANT_UNROLL(4)
   for (int i = 0; i < MR; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = _mm256_setzero_si256();
   for (std::size_t q = 0; q < k4; ++q) {
-    __m256i bv[4];
-    FRUGAL_QUANT_UNROLL(4)
-    for (int h = 0; h < 4; ++h)
-      bv[h] = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + q * 64 + h * 16)));
+    __m256i av[MR];
     FRUGAL_QUANT_UNROLL(4)
     for (int i = 0; i < MR; ++i) {
       long long a4;
       std::memcpy(&a4, a + static_cast<std::size_t>(i) * lda + q * 4, 8);
-      const __m256i av = _mm256_set1_epi64x(a4);
+      av[i] = _mm256_set1_epi64x(a4);
+    }
+    FRUGAL_QUANT_UNROLL(4)
+    for (int h = 0; h < 4; ++h) {
+      const __m256i bv =
+          _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + q * 64 + h * 16)));
       FRUGAL_QUANT_UNROLL(4)
-      for (int h = 0; h < 4; ++h) acc[i][h] = _mm256_add_epi32(acc[i][h], _mm256_madd_epi16(av, bv[h]));
+      for (int i = 0; i < MR; ++i) acc[i][h] = _mm256_add_epi32(acc[i][h], _mm256_madd_epi16(av[i], bv));
     }
   }
   FRUGAL_QUANT_UNROLL(4)
