@@ -388,12 +388,20 @@ FRUGAL_QUANT_TARGET_AVX2 inline void micro_avx2_u7(const std::uint8_t* a, std::s
   }
 }
 
+// Calls f(std::integral_constant<int, rows>{}) for a run-time rows in [1, R], so that a micro-kernel's row
+// count is a template argument.
+template <int R, class F>
+inline void with_rows(std::size_t rows, F&& f) {
+  if constexpr (R > 1)
+    if (rows != static_cast<std::size_t>(R)) return with_rows<R - 1>(rows, f);
+  f(std::integral_constant<int, R>{});
+}
+
 // One panel of 16 channels by up to MR rows at a time, for the 256-bit kernels: `micro(rows, a, b, corr,
 // tile)` with rows a compile-time constant (std::integral_constant) in [1, MR].
 template <int MR>
 inline void gemm_s8_panels(const std::uint8_t* a, std::size_t m, std::size_t k4, const std::int8_t* bp,
                            std::size_t n, const std::int32_t* corr, auto&& micro, auto&& epilogue) {
-  static_assert(MR >= 1 && MR <= 4);
   constexpr auto mr = static_cast<std::size_t>(MR);
   const std::size_t panels = round_up(n, panel_width) / panel_width, lda = k4 * 4;
   alignas(64) std::int32_t tile[mr * 16];
@@ -405,26 +413,7 @@ inline void gemm_s8_panels(const std::uint8_t* a, std::size_t m, std::size_t k4,
       const std::size_t i1 = std::min(m, i0 + mc);
       for (std::size_t i = i0; i < i1; i += mr) {
         const std::size_t rows = std::min(mr, i1 - i);
-        const std::uint8_t* ai = a + i * lda;
-        if constexpr (MR >= 4)
-          if (rows == 4) {
-            micro(std::integral_constant<int, 4>{}, ai, b, corr + n0, tile);
-            epilogue(acc_tile{i, rows, n0, ncols, tile, 16});
-            continue;
-          }
-        if constexpr (MR >= 3)
-          if (rows == 3) {
-            micro(std::integral_constant<int, 3>{}, ai, b, corr + n0, tile);
-            epilogue(acc_tile{i, rows, n0, ncols, tile, 16});
-            continue;
-          }
-        if constexpr (MR >= 2)
-          if (rows == 2) {
-            micro(std::integral_constant<int, 2>{}, ai, b, corr + n0, tile);
-            epilogue(acc_tile{i, rows, n0, ncols, tile, 16});
-            continue;
-          }
-        micro(std::integral_constant<int, 1>{}, ai, b, corr + n0, tile);
+        with_rows<MR>(rows, [&](auto r) { micro(r, a + i * lda, b, corr + n0, tile); });
         epilogue(acc_tile{i, rows, n0, ncols, tile, 16});
       }
     }
