@@ -763,3 +763,31 @@ TEST_CASE("advisors: advise_spot on a measured redo per preemption, and its pric
   j.redo_per_preemption = -1s;
   CHECK_THROWS_WITH_AS(fc::advise_spot(j), doctest::Contains("redo_per_preemption"), std::invalid_argument);
 }
+
+TEST_CASE(
+    "ledger regression: a saving worth more than money holds saturates instead of making snapshot() throw") {
+  // Found by fuzz_ledger: saved time is priced at the tag's busy rate, so 1 us of busy time at $1M/h with
+  // 1,000 day-long saved misses is worth about 2.4e19 nanodollars, past INT64_MAX; snapshot() threw
+  // "overflow in share".
+  frugal::manual_clock clock;
+  fc::ledger<frugal::manual_clock> l(
+      {.prices = {{.gpu_class = "X", .on_demand = fc::rate::per_hour(money::parse("$1000000.00"))}},
+       .devices = {{.gpu_class = "X"}}},
+      clock);
+  const auto chat = l.tag("chat"), search = l.tag("search");
+  for (const auto t : {chat, search}) {
+    l.record_batch({.tag = t, .busy = std::chrono::microseconds(1)});
+    for (int i = 0; i < 1000; ++i) l.record_cache_hit(t, fc::max_record_duration);
+  }
+  clock.advance(std::chrono::seconds(1));
+  fc::ledger_snapshot s;
+  REQUIRE_NOTHROW(s = l.snapshot());
+  REQUIRE(s.tags.size() == 2);
+  for (const auto& t : s.tags) {
+    CHECK(t.cache_saved_time == 1000 * fc::max_record_duration);
+    CHECK(t.cache_saved.nanos() == INT64_MAX);
+  }
+  CHECK(s.total.cache_saved.nanos() == INT64_MAX);  // the sum of two saturated figures saturates too
+  CHECK_NOTHROW((void)fc::to_json(s));
+  CHECK_NOTHROW((void)fc::to_prometheus(s));
+}

@@ -281,11 +281,23 @@ inline std::chrono::nanoseconds ns_of(std::uint64_t v) noexcept {
 
 inline std::uint64_t diff(std::uint64_t now, std::uint64_t base) { return now >= base ? now - base : 0; }
 
+// A money figure from 128 bits, saturated to +-INT64_MAX nanos (symmetric, so that it can be negated).
+inline money saturated_money(int128 v, currency c) {
+  constexpr int128 top = std::numeric_limits<std::int64_t>::max();
+  return money::from_nanos(static_cast<std::int64_t>(v > top ? top : v < -top ? -top : v), c);
+}
+
+// amount * part / whole. Saved time is priced this way at a tag's busy rate, and a tag with little busy
+// time and much saved time (hits priced at the average miss) can be worth more than money holds: the
+// figure saturates, as the ledger's counters do, rather than making snapshot() throw (found by fuzz_ledger).
 inline money price_share(money amount, std::uint64_t part, std::uint64_t whole) {
   if (whole == 0) return money::from_nanos(0, amount.cur());
-  return money::from_nanos(
-      narrow_checked(div_half_even(int128(amount.nanos()) * int128(part), int128(whole)), "share"),
-      amount.cur());
+  return saturated_money(div_half_even(int128(amount.nanos()) * int128(part), int128(whole)), amount.cur());
+}
+
+// sum += x for the saved figures, saturated like price_share.
+inline void add_saved(money& sum, money x) {
+  sum = saturated_money(int128(sum.nanos()) + x.nanos(), sum.cur());
 }
 
 inline batch_model fit_batch_model(const std::array<std::uint64_t, f_fixed_count>& c) {
@@ -496,13 +508,13 @@ inline ledger_snapshot derive(std::shared_ptr<const ledger_config> cfg, raw_stat
   tot.cache_saved_time = tot.batching_saved_time = tot.cascade_saved_time = nanoseconds(0);
   tot.cascade_saved = zero;
   for (const tag_figures& t : s.tags) {
-    tot.cascade_saved += t.cascade_saved;
+    add_saved(tot.cascade_saved, t.cascade_saved);
     tot.cascade_saved_time += t.cascade_saved_time;
     tot.busy_cost += t.busy_cost;
     tot.idle_share += t.idle_share;
-    tot.cache_saved += t.cache_saved;
+    add_saved(tot.cache_saved, t.cache_saved);
     tot.cache_saved_time += t.cache_saved_time;
-    tot.batching_saved += t.batching_saved;
+    add_saved(tot.batching_saved, t.batching_saved);
     tot.batching_saved_time += t.batching_saved_time;
   }
   tot.cost = s.total_cost;
@@ -513,7 +525,7 @@ inline ledger_snapshot derive(std::shared_ptr<const ledger_config> cfg, raw_stat
   for (tag_figures& t : s.tags) {
     t.semantic_saved = price_share(t.cache_saved, static_cast<std::uint64_t>(t.semantic_saved_time.count()),
                                    static_cast<std::uint64_t>(t.cache_saved_time.count()));
-    tot.semantic_saved += t.semantic_saved;
+    add_saved(tot.semantic_saved, t.semantic_saved);
     tot.semantic_saved_time += t.semantic_saved_time;
   }
 
