@@ -251,32 +251,36 @@ TEST_CASE(
   for (int g : {32, 48, 64, 96, 256})
     for (q::element_type t : {q::element_type::i8, q::element_type::u8, q::element_type::i4})
       for (bool narrow : {true, false})
-        for (auto policy : {q::nonfinite_policy::error, q::nonfinite_policy::saturate}) {
-          CAPTURE(g);
-          CAPTURE(q::to_string(t));
-          CAPTURE(narrow);
-          const std::size_t rows = 6, cols = static_cast<std::size_t>(g) * 4;
-          std::vector<float> x = hard_data(rows * cols, 0.03f, 0, rng);
-          std::fill_n(x.begin() + static_cast<std::ptrdiff_t>(cols), g, 0.0f);  // an all-zero group: scale 1
-          x[4 * cols + 3] = 1e-40f;                                             // a subnormal absmax
-          for (std::size_t i = 4 * cols + 4; i < 4 * cols + static_cast<std::size_t>(g); ++i) x[i] = 0.0f;
-          if (policy == q::nonfinite_policy::saturate)
-            x[2 * cols + 7] = std::numeric_limits<float>::quiet_NaN();
-          const q::scheme s{.type = t,
-                            .granularity = q::granularity::per_group,
-                            .group_size = g,
-                            .narrow_range = narrow,
-                            .nonfinite = policy};
-          const auto ref = q::quantize(x, rows, cols, s, q::simd_path::portable);
-          for (auto path : {q::simd_path::avx2, q::simd_path::avx512}) {
-            if (!q::is_supported(path)) continue;
-            CAPTURE(q::to_string(path));
-            const auto got = q::quantize(x, rows, cols, s, path);
-            CHECK(got.scales == ref.scales);
-            CHECK(got.zero_points == ref.zero_points);
-            CHECK(got.data == ref.data);
+        for (auto policy : {q::nonfinite_policy::error, q::nonfinite_policy::saturate})
+          for (auto rounding : {q::rounding_mode::half_to_even, q::rounding_mode::half_away_from_zero}) {
+            CAPTURE(g);
+            CAPTURE(q::to_string(t));
+            CAPTURE(narrow);
+            CAPTURE(static_cast<int>(rounding));
+            const std::size_t rows = 6, cols = static_cast<std::size_t>(g) * 4;
+            std::vector<float> x = hard_data(rows * cols, 0.03f, 0, rng);
+            std::fill_n(x.begin() + static_cast<std::ptrdiff_t>(cols), g,
+                        0.0f);         // an all-zero group: scale 1
+            x[4 * cols + 3] = 1e-40f;  // a subnormal absmax
+            for (std::size_t i = 4 * cols + 4; i < 4 * cols + static_cast<std::size_t>(g); ++i) x[i] = 0.0f;
+            if (policy == q::nonfinite_policy::saturate)
+              x[2 * cols + 7] = std::numeric_limits<float>::quiet_NaN();
+            const q::scheme s{.type = t,
+                              .granularity = q::granularity::per_group,
+                              .group_size = g,
+                              .narrow_range = narrow,
+                              .rounding = rounding,
+                              .nonfinite = policy};
+            const auto ref = q::quantize(x, rows, cols, s, q::simd_path::portable);
+            for (auto path : {q::simd_path::avx2, q::simd_path::avx512}) {
+              if (!q::is_supported(path)) continue;
+              CAPTURE(q::to_string(path));
+              const auto got = q::quantize(x, rows, cols, s, path);
+              CHECK(got.scales == ref.scales);
+              CHECK(got.zero_points == ref.zero_points);
+              CHECK(got.data == ref.data);
+            }
           }
-        }
   // Under the error policy a NaN in any group is reported at its index, on every path.
   std::vector<float> y(4 * 128, 0.5f);
   y[3 * 128 + 77] = -std::numeric_limits<float>::infinity();
@@ -285,6 +289,45 @@ TEST_CASE(
     CHECK_THROWS_WITH_AS(
         q::quantize(y, 2, 256, {.granularity = q::granularity::per_group, .group_size = 128}, path),
         doctest::Contains("data[461] is -Inf"), std::invalid_argument);
+  }
+}
+
+TEST_CASE("quant fast path: exact ties of x / scale in symmetric groups round by the scheme's mode") {
+  // max |x| = 31.75 makes the i8 scale 0.25 exactly (and 4.5 / 7 is not needed: i4 uses max 1.75, scale
+  // 0.25), so every (k + 0.5) * 0.25 is an exact tie of x / scale.
+  for (q::element_type t : {q::element_type::i8, q::element_type::u8, q::element_type::i4}) {
+    const float top = t == q::element_type::i4 ? 1.75f : 31.75f;
+    const int kmax = t == q::element_type::i4 ? 6 : 126;
+    const std::size_t g = 64, rows = 3, cols = 4 * g;
+    std::vector<float> x(rows * cols);
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      const int k = static_cast<int>(i % static_cast<std::size_t>(2 * kmax)) - kmax;
+      x[i] = i % g == 0 ? (i % 2 ? -top : top) : (static_cast<float>(k) + 0.5f) * 0.25f;
+    }
+    for (auto rounding : {q::rounding_mode::half_to_even, q::rounding_mode::half_away_from_zero}) {
+      CAPTURE(q::to_string(t));
+      CAPTURE(static_cast<int>(rounding));
+      const q::scheme s{.type = t,
+                        .granularity = q::granularity::per_group,
+                        .group_size = static_cast<int>(g),
+                        .rounding = rounding};
+      const auto ref = q::quantize(x, rows, cols, s, q::simd_path::portable);
+      REQUIRE(ref.scales[0] == 0.25f);
+      // 2.5 -> 2 or 3: the two modes differ on this data, so the comparison below can tell them apart.
+      const std::int32_t zp = ref.zero_points[0];
+      const float tie = 2.5f * 0.25f;
+      const auto at = std::find(x.begin(), x.end(), tie) - x.begin();
+      REQUIRE(at < static_cast<std::ptrdiff_t>(x.size()));
+      CHECK(ref.value(static_cast<std::size_t>(at) / cols, static_cast<std::size_t>(at) % cols) - zp ==
+            (rounding == q::rounding_mode::half_to_even ? 2 : 3));
+      for (auto path : {q::simd_path::avx2, q::simd_path::avx512}) {
+        if (!q::is_supported(path)) continue;
+        CAPTURE(q::to_string(path));
+        const auto got = q::quantize(x, rows, cols, s, path);
+        CHECK(got.scales == ref.scales);
+        CHECK(got.data == ref.data);
+      }
+    }
   }
 }
 
