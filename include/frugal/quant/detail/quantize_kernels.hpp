@@ -484,7 +484,10 @@ FRUGAL_QUANT_TARGET_AVX512 __attribute__((always_inline)) inline run_range absma
   return bits;
 }
 
-FRUGAL_QUANT_TARGET_AVX2 __attribute__((always_inline)) inline run_range absmax_avx2_body(
+// The largest |x| of n floats as the bits of a float (those order like |x| for finite values; bits at or
+// above Inf's reveal a NaN or Inf), the lanes' maximum taken in registers (through memory, 8 scalar loads
+// would wait on the vector store).
+FRUGAL_QUANT_TARGET_AVX2 __attribute__((always_inline)) inline std::uint32_t absmax_bits_avx2(
     const float* x, std::size_t n) noexcept {
   const __m256i mag = _mm256_set1_epi32(0x7fffffff);
   __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
@@ -496,7 +499,6 @@ FRUGAL_QUANT_TARGET_AVX2 __attribute__((always_inline)) inline run_range absmax_
     a2 = _mm256_max_epu32(a2, _mm256_and_si256(_mm256_loadu_si256(p + 2), mag));
     a3 = _mm256_max_epu32(a3, _mm256_and_si256(_mm256_loadu_si256(p + 3), mag));
   }
-  // The maximum of the lanes in registers: through memory, 8 scalar loads wait on the vector store.
   const __m256i m = _mm256_max_epu32(_mm256_max_epu32(a0, a1), _mm256_max_epu32(a2, a3));
   __m128i h = _mm_max_epu32(_mm256_castsi256_si128(m), _mm256_extracti128_si256(m, 1));
   h = _mm_max_epu32(h, _mm_shuffle_epi32(h, 0x4e));
@@ -504,6 +506,12 @@ FRUGAL_QUANT_TARGET_AVX2 __attribute__((always_inline)) inline run_range absmax_
   auto bits = static_cast<std::uint32_t>(_mm_cvtsi128_si32(h));
   if (i != n) [[unlikely]]
     bits = std::max(bits, absmax_bits_tail(x + i, n - i));
+  return bits;
+}
+
+FRUGAL_QUANT_TARGET_AVX2 __attribute__((always_inline)) inline run_range absmax_avx2_body(
+    const float* x, std::size_t n) noexcept {
+  const std::uint32_t bits = absmax_bits_avx2(x, n);
   if (bits >= 0x7f800000u) return minmax_avx2_checked(x, n);
   float a;
   std::memcpy(&a, &bits, sizeof a);
@@ -619,55 +627,46 @@ FRUGAL_QUANT_TARGET_AVX2 __attribute__((always_inline)) inline float group_scale
   return scale;
 }
 
+// The scale of group k (0 for a group that cannot be done here: NaN, Inf, or an fp16 scale out of range).
+// Helpers are functions, not lambdas: nvcc's host pass drops a lambda's target attribute.
+FRUGAL_QUANT_TARGET_AVX2 __attribute__((always_inline)) inline float group_scale_at(
+    const float* x, std::size_t g, std::size_t k, float half_levels, std::uint16_t* scale_bits) noexcept {
+  const std::uint32_t bits = absmax_bits_avx2(x + k * g, g);
+  return bits >= 0x7f800000u ? 0.0f : group_scale(bits, half_levels, scale_bits ? scale_bits + k : nullptr);
+}
+
+// round(q) in mode rm, as int32, plus the zero point for u8.
+template <bool Unsigned, bool Nearest>
+FRUGAL_QUANT_TARGET_AVX2 __attribute__((always_inline)) inline __m256i group_int_avx2(rounding_mode rm,
+                                                                                      __m256i vzp,
+                                                                                      __m256 q) noexcept {
+  __m256i v;
+  if constexpr (Nearest)
+    v = _mm256_cvtps_epi32(q);
+  else
+    v = _mm256_cvttps_epi32(round_avx2(q, rm));
+  if constexpr (Unsigned) v = _mm256_add_epi32(v, vzp);
+  return v;
+}
+
 template <bool Unsigned, bool Nearest, bool Clamp, std::size_t G = 0>
 FRUGAL_QUANT_TARGET_AVX2 inline bool groups_symmetric_avx2(const float* x, std::size_t g, std::size_t runs,
                                                            float half_levels, std::int32_t zp,
                                                            std::int32_t lo, std::int32_t hi, rounding_mode rm,
                                                            std::int8_t* out, float* scales,
                                                            std::uint16_t* scale_bits) noexcept {
-  const __m256i mag = _mm256_set1_epi32(0x7fffffff), vzp = _mm256_set1_epi32(zp);
+  const __m256i vzp = _mm256_set1_epi32(zp);
   const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
   const __m256i blo = _mm256_set1_epi8(static_cast<char>(lo)), bhi = _mm256_set1_epi8(static_cast<char>(hi));
-  const auto to_int = [&](__m256 q) FRUGAL_QUANT_TARGET_AVX2 {
-    __m256i v;
-    if constexpr (Nearest)
-      v = _mm256_cvtps_epi32(q);
-    else
-      v = _mm256_cvttps_epi32(round_avx2(q, rm));
-    if constexpr (Unsigned) v = _mm256_add_epi32(v, vzp);
-    return v;
-  };
   if constexpr (G != 0) g = G;  // the usual group size, with every loop unrolled
-  const auto absmax_bits = [&](const float* xk) FRUGAL_QUANT_TARGET_AVX2 {
-    __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
-    std::size_t i = 0;
-    for (; i + 32 <= g; i += 32) {
-      const auto* p = reinterpret_cast<const __m256i*>(xk + i);
-      a0 = _mm256_max_epu32(a0, _mm256_and_si256(_mm256_loadu_si256(p), mag));
-      a1 = _mm256_max_epu32(a1, _mm256_and_si256(_mm256_loadu_si256(p + 1), mag));
-      a2 = _mm256_max_epu32(a2, _mm256_and_si256(_mm256_loadu_si256(p + 2), mag));
-      a3 = _mm256_max_epu32(a3, _mm256_and_si256(_mm256_loadu_si256(p + 3), mag));
-    }
-    const __m256i m = _mm256_max_epu32(_mm256_max_epu32(a0, a1), _mm256_max_epu32(a2, a3));
-    __m128i h = _mm_max_epu32(_mm256_castsi256_si128(m), _mm256_extracti128_si256(m, 1));
-    h = _mm_max_epu32(h, _mm_shuffle_epi32(h, 0x4e));
-    h = _mm_max_epu32(h, _mm_shuffle_epi32(h, 0xb1));
-    auto bits = static_cast<std::uint32_t>(_mm_cvtsi128_si32(h));
-    if (i != g) bits = std::max(bits, absmax_bits_tail(xk + i, g - i));
-    return bits;
-  };
   // Group k + 1's scale is found before group k is divided: its loads and its scalar division overlap
-  // group k's divisions instead of waiting for them. 0 is returned for a group that cannot be done here.
-  const auto scale_of = [&](std::size_t k) FRUGAL_QUANT_TARGET_AVX2 {
-    const std::uint32_t bits = absmax_bits(x + k * g);
-    return bits >= 0x7f800000u ? 0.0f : group_scale(bits, half_levels, scale_bits ? scale_bits + k : nullptr);
-  };
-  float next = runs ? scale_of(0) : 1.0f;
+  // group k's divisions instead of waiting for them.
+  float next = runs ? group_scale_at(x, g, 0, half_levels, scale_bits) : 1.0f;
   for (std::size_t k = 0; k < runs; ++k) {
     const float* xk = x + k * g;
     const float scale = next;
     if (scale == 0.0f) return false;
-    if (k + 1 < runs) next = scale_of(k + 1);
+    if (k + 1 < runs) next = group_scale_at(x, g, k + 1, half_levels, scale_bits);
     scales[k] = scale;
     std::int8_t* o = out + k * g;
     if (!Clamp && !(scale >= std::numeric_limits<float>::min())) {
@@ -677,10 +676,14 @@ FRUGAL_QUANT_TARGET_AVX2 inline bool groups_symmetric_avx2(const float* x, std::
     std::size_t i = 0;
     const __m256 vs = _mm256_set1_ps(scale);
     for (; i + 32 <= g; i += 32) {
-      const __m256i i0 = to_int(_mm256_div_ps(_mm256_loadu_ps(xk + i), vs)),
-                    i1 = to_int(_mm256_div_ps(_mm256_loadu_ps(xk + i + 8), vs)),
-                    i2 = to_int(_mm256_div_ps(_mm256_loadu_ps(xk + i + 16), vs)),
-                    i3 = to_int(_mm256_div_ps(_mm256_loadu_ps(xk + i + 24), vs));
+      const __m256i i0 = group_int_avx2<Unsigned, Nearest>(rm, vzp,
+                                                           _mm256_div_ps(_mm256_loadu_ps(xk + i), vs)),
+                    i1 = group_int_avx2<Unsigned, Nearest>(rm, vzp,
+                                                           _mm256_div_ps(_mm256_loadu_ps(xk + i + 8), vs)),
+                    i2 = group_int_avx2<Unsigned, Nearest>(rm, vzp,
+                                                           _mm256_div_ps(_mm256_loadu_ps(xk + i + 16), vs)),
+                    i3 = group_int_avx2<Unsigned, Nearest>(rm, vzp,
+                                                           _mm256_div_ps(_mm256_loadu_ps(xk + i + 24), vs));
       const __m256i w01 = _mm256_packs_epi32(i0, i1), w23 = _mm256_packs_epi32(i2, i3);
       __m256i b = Unsigned ? _mm256_packus_epi16(w01, w23) : _mm256_packs_epi16(w01, w23);
       if constexpr (Clamp) b = _mm256_max_epi8(_mm256_min_epi8(b, bhi), blo);
