@@ -259,9 +259,9 @@ TEST_CASE(
             CAPTURE(static_cast<int>(rounding));
             const std::size_t rows = 6, cols = static_cast<std::size_t>(g) * 4;
             std::vector<float> x = hard_data(rows * cols, 0.03f, 0, rng);
-            std::fill_n(x.begin() + static_cast<std::ptrdiff_t>(cols), g,
-                        0.0f);         // an all-zero group: scale 1
-            x[4 * cols + 3] = 1e-40f;  // a subnormal absmax
+            // An all-zero group (scale 1), then a group whose max |x| is subnormal.
+            std::fill_n(x.begin() + static_cast<std::ptrdiff_t>(cols), g, 0.0f);
+            x[4 * cols + 3] = 1e-40f;
             for (std::size_t i = 4 * cols + 4; i < 4 * cols + static_cast<std::size_t>(g); ++i) x[i] = 0.0f;
             if (policy == q::nonfinite_policy::saturate)
               x[2 * cols + 7] = std::numeric_limits<float>::quiet_NaN();
@@ -293,8 +293,8 @@ TEST_CASE(
 }
 
 TEST_CASE("quant fast path: exact ties of x / scale in symmetric groups round by the scheme's mode") {
-  // max |x| = 31.75 makes the i8 scale 0.25 exactly (and 4.5 / 7 is not needed: i4 uses max 1.75, scale
-  // 0.25), so every (k + 0.5) * 0.25 is an exact tie of x / scale.
+  // Each group's max |x| is 31.75 (i8, u8: 31.75 / 127) or 1.75 (i4: 1.75 / 7), so every scale is 0.25
+  // exactly and every (k + 0.5) * 0.25 is an exact tie of x / scale.
   for (q::element_type t : {q::element_type::i8, q::element_type::u8, q::element_type::i4}) {
     const float top = t == q::element_type::i4 ? 1.75f : 31.75f;
     const int kmax = t == q::element_type::i4 ? 6 : 126;
@@ -302,7 +302,7 @@ TEST_CASE("quant fast path: exact ties of x / scale in symmetric groups round by
     std::vector<float> x(rows * cols);
     for (std::size_t i = 0; i < x.size(); ++i) {
       const int k = static_cast<int>(i % static_cast<std::size_t>(2 * kmax)) - kmax;
-      x[i] = i % g == 0 ? (i % 2 ? -top : top) : (static_cast<float>(k) + 0.5f) * 0.25f;
+      x[i] = i % g == 0 ? top : (static_cast<float>(k) + 0.5f) * 0.25f;
     }
     for (auto rounding : {q::rounding_mode::half_to_even, q::rounding_mode::half_away_from_zero}) {
       CAPTURE(q::to_string(t));

@@ -181,6 +181,21 @@ FRUGAL_QUANT_TARGET_AVX2 inline run_range minmax_avx2_checked(const float* x, st
   return r;
 }
 
+// Rounds q to an integer in the given mode, whatever MXCSR says.
+FRUGAL_QUANT_TARGET_AVX2 __attribute__((always_inline)) inline __m256 round_avx2(__m256 q,
+                                                                                 rounding_mode rm) noexcept {
+  if (rm == rounding_mode::half_to_even)
+    return _mm256_round_ps(q, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  // Away from zero: trunc(q), plus one step away from zero where |q - trunc(q)| >= 0.5 (q - trunc(q) is
+  // exact).
+  const __m256 t = _mm256_round_ps(q, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+  const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  const __m256 up =
+      _mm256_cmp_ps(_mm256_and_ps(_mm256_sub_ps(q, t), absmask), _mm256_set1_ps(0.5f), _CMP_GE_OQ);
+  const __m256 step = _mm256_or_ps(_mm256_set1_ps(1.0f), _mm256_and_ps(q, _mm256_set1_ps(-0.0f)));
+  return _mm256_add_ps(t, _mm256_and_ps(step, up));
+}
+
 FRUGAL_QUANT_TARGET_AVX2 inline std::size_t quantize_run_avx2_div(const float* x, std::size_t n, float scale,
                                                                   std::int32_t zp, std::int32_t lo,
                                                                   std::int32_t hi, rounding_mode rm,
@@ -199,16 +214,7 @@ FRUGAL_QUANT_TARGET_AVX2 inline std::size_t quantize_run_avx2_div(const float* x
     if (bad_lanes && bad == n)
       bad = i + static_cast<std::size_t>(__builtin_ctz(static_cast<unsigned>(bad_lanes)));
     v = _mm256_and_ps(v, _mm256_cmp_ps(v, v, _CMP_ORD_Q));  // NaN -> 0
-    __m256 q = _mm256_div_ps(v, vs);
-    if (rm == rounding_mode::half_to_even) {
-      q = _mm256_round_ps(q, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    } else {
-      const __m256 t = _mm256_round_ps(q, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-      const __m256 up =
-          _mm256_cmp_ps(_mm256_and_ps(_mm256_sub_ps(q, t), absmask), _mm256_set1_ps(0.5f), _CMP_GE_OQ);
-      const __m256 one = _mm256_or_ps(_mm256_set1_ps(1.0f), _mm256_and_ps(q, _mm256_set1_ps(-0.0f)));
-      q = _mm256_add_ps(t, _mm256_and_ps(one, up));
-    }
+    __m256 q = round_avx2(_mm256_div_ps(v, vs), rm);
     q = _mm256_min_ps(_mm256_max_ps(_mm256_add_ps(q, vzp), vlo), vhi);
     const __m256i bytes = _mm256_shuffle_epi8(_mm256_cvtps_epi32(q), pick);
     const auto lo32 = static_cast<std::uint32_t>(_mm256_extract_epi32(bytes, 0));
@@ -431,21 +437,6 @@ FRUGAL_QUANT_TARGET_AVX2 __attribute__((always_inline)) inline std::size_t quant
   return bad;
 }
 
-// Rounds q to an integer in the given mode, whatever MXCSR says.
-FRUGAL_QUANT_TARGET_AVX2 __attribute__((always_inline)) inline __m256 round_avx2(__m256 q,
-                                                                                 rounding_mode rm) noexcept {
-  if (rm == rounding_mode::half_to_even)
-    return _mm256_round_ps(q, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  // Away from zero: trunc(q), plus one step away from zero where |q - trunc(q)| >= 0.5 (q - trunc(q) is
-  // exact).
-  const __m256 t = _mm256_round_ps(q, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-  const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
-  const __m256 up =
-      _mm256_cmp_ps(_mm256_and_ps(_mm256_sub_ps(q, t), absmask), _mm256_set1_ps(0.5f), _CMP_GE_OQ);
-  const __m256 step = _mm256_or_ps(_mm256_set1_ps(1.0f), _mm256_and_ps(q, _mm256_set1_ps(-0.0f)));
-  return _mm256_add_ps(t, _mm256_and_ps(step, up));
-}
-
 // The range a symmetric scheme needs: only max |x| matters to params_from_range, so this returns
 // {-max|x|, max|x|}. The magnitudes are compared as integers (the bits of |x| order like |x| for finite
 // values), and a maximum at or above the bits of Inf reveals a NaN or Inf: then the checked min-max runs.
@@ -600,18 +591,17 @@ FRUGAL_QUANT_TARGET_AVX2 inline std::size_t quantize_runs_avx2(const float* x, s
 // part of the row: the caller redoes the row on the general path, which reports or saturates it.
 //
 // The quantizer divides: x / scale rounded is the definition itself, so no value near a tie needs a
-// second look. The divider keeps up with memory (a block of 32 floats divides in about 14 cycles on
-// AMD Zen 3 and Zen 4), where multiplying by 1/scale and proving each block free of near-ties
-// (quantize_run_*_body) spends 31 operations on it; dividing made this path 1.2-1.4x faster on Zen 4
-// (issue 25, benchmarks/RESULTS.md). |x / scale| is at most half_levels, twice that with an fp16 scale
-// rounded from a subnormal, so the conversion cannot overflow.
-// Unsigned: u8 (zero point 128). Nearest: half to even through vcvtps2dq, chosen only when MXCSR rounds
-// to nearest (otherwise vroundps rounds first, as the other modes do). Clamp: the integers are
-// clamped to [lo, hi] (int4). An 8-bit type skips the clamp: with a normal fp32 scale from the group's
-// own max |x|, |x / scale| rounds to at most half_levels (127, or 127.5 -> 128 without narrow range,
-// which the saturating pack turns into 127), so the packs' saturation is the clamp; a group with a
-// subnormal scale goes through the division kernel, which clamps. 8-bit types with fp16 scales are left
-// to the general path (no caller asks for them).
+// second look. The divider keeps up with memory (vdivps ymm issues about every 3.5 cycles on AMD Zen 3
+// and Zen 4, by the published instruction tables), where multiplying by 1/scale and proving each block
+// free of near-ties (quantize_run_*_body) spends 31 operations on 32 floats; dividing made this path
+// 1.2-1.3x faster on Zen 4 (issue 25, benchmarks/RESULTS.md). |x / scale| is at most half_levels, twice that
+// with an fp16 scale rounded from a subnormal, so the conversion cannot overflow. Unsigned: u8 (zero point
+// 128). Nearest: half to even through vcvtps2dq, chosen only when MXCSR rounds to nearest (otherwise vroundps
+// rounds first, as the other modes do). Clamp: the integers are clamped to [lo, hi] (int4). An 8-bit type
+// skips the clamp: with a normal fp32 scale from the group's own max |x|, |x / scale| rounds to at most
+// half_levels (127, or 127.5 -> 128 without narrow range, which the saturating pack turns into 127), so the
+// packs' saturation is the clamp; a group with a subnormal scale goes through the division kernel, which
+// clamps. 8-bit types with fp16 scales are left to the general path (no caller asks for them).
 FRUGAL_QUANT_TARGET_AVX2 __attribute__((always_inline)) inline float group_scale(
     std::uint32_t absmax_bits, float half_levels, std::uint16_t* fp16) noexcept {
   float a;
@@ -695,16 +685,17 @@ FRUGAL_QUANT_TARGET_AVX2 inline bool groups_symmetric_avx2(const float* x, std::
 }
 
 // Picks the instantiation: Clamp for types narrower than 8 bits (int4), Unsigned for u8, and the loops
-// unrolled for groups of 128 in the usual case (1.07x in bench_quant on Zen 4). Unsigned with Clamp, or
-// an 8-bit type with fp16 scales, is not instantiated and goes to the general path. The AVX-512 level
-// takes this kernel too: the divider is the limit, 512-bit vectors divide no faster per element, and an
-// AVX-512 version of it ran at 0.92x the plain AVX2 loop on Zen 4 against this one's 0.97-1.0x.
+// unrolled for groups of 128 in the usual case. Unsigned with Clamp, or an 8-bit type with fp16 scales,
+// is not instantiated and goes to the general path. The AVX-512 level takes this kernel too: the divider
+// is the limit and 512-bit vectors divide no faster per element (both choices were measured in
+// throw-away builds on Zen 4; benchmarks/RESULTS.md gives the figures).
 inline bool quantize_groups_symmetric_avx2(const float* x, std::size_t g, std::size_t runs, float half_levels,
                                            std::int32_t zp, std::int32_t lo, std::int32_t hi,
                                            rounding_mode rm, std::int8_t* out, float* scales,
                                            std::uint16_t* scale_bits) noexcept {
 #  define FRUGAL_QUANT_GROUPS_ARGS x, g, runs, half_levels, zp, lo, hi, rm, out, scales, scale_bits
-  const bool narrow = hi<127, is_unsigned = hi> 127;
+  const bool narrow = hi < 127;
+  const bool is_unsigned = hi > 127;
   if ((!narrow && scale_bits) || (narrow && is_unsigned)) return false;
   const bool nearest = rm == rounding_mode::half_to_even && (_mm_getcsr() & 0x6000u) == 0;
   if (narrow)
