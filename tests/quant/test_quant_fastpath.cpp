@@ -361,3 +361,74 @@ TEST_CASE("quant fast path: f32 -> bf16 with streaming stores equals the portabl
     CHECK(got == ref);
   }
 }
+
+TEST_CASE("quant fast path: per-group quantize beyond 4 MiB (non-temporal stores) equals the portable path") {
+  // 4.2 MB of int8 output: above stream_bytes, where symmetric 8-bit groups are written with
+  // non-temporal stores. A NaN in row 700 makes the kernel give that row back (saturate policy: the
+  // general path redoes it); an Inf in row 1000 does the same under the error policy, which throws.
+  std::mt19937 rng(12);
+  const std::size_t rows = 1025, cols = 4096;
+  std::vector<float> x = hard_data(rows * cols, 0.02f, 0, rng);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (std::size_t i = 0; i < x.size(); i += 2) x[i] = nd(rng);
+  x[700 * cols + 129] = std::numeric_limits<float>::quiet_NaN();
+  REQUIRE(rows * cols >= qd::stream_bytes);
+  for (q::element_type t : {q::element_type::i8, q::element_type::u8})
+    for (int g : {128, 64}) {
+      CAPTURE(q::to_string(t));
+      CAPTURE(g);
+      const q::scheme s{.type = t,
+                        .granularity = q::granularity::per_group,
+                        .group_size = g,
+                        .nonfinite = q::nonfinite_policy::saturate};
+      const auto ref = q::quantize(x, rows, cols, s, q::simd_path::portable);
+      for (auto path : {q::simd_path::avx2, q::simd_path::avx512}) {
+        if (!q::is_supported(path)) continue;
+        CAPTURE(q::to_string(path));
+        const auto got = q::quantize(x, rows, cols, s, path);
+        CHECK(got.scales == ref.scales);
+        CHECK(got.data == ref.data);
+      }
+    }
+  std::vector<float> y = x;
+  y[700 * cols + 129] = 0.5f;
+  y[1000 * cols + 3] = std::numeric_limits<float>::infinity();
+  const std::string inf_at = "data[" + std::to_string(1000 * cols + 3) + "] is +Inf";
+  for (auto path : {q::simd_path::portable, q::simd_path::avx2, q::simd_path::avx512}) {
+    if (!q::is_supported(path)) continue;
+    CAPTURE(q::to_string(path));
+    CHECK_THROWS_WITH_AS(
+        q::quantize(y, rows, cols, {.granularity = q::granularity::per_group, .group_size = 128}, path),
+        doctest::Contains(inf_at.c_str()), std::invalid_argument);
+  }
+}
+
+TEST_CASE(
+    "quant fast path: the group kernel asked to stream into an output off 16 or 32 bytes writes the same") {
+  // Non-temporal stores need 16-byte alignment: at 1 byte off the kernel must use ordinary stores, at
+  // 16 off 32 it streams in 16-byte halves. Each output equals the one written without streaming.
+  std::mt19937 rng(13);
+  const std::size_t g = 128, runs = 32;
+  std::vector<float> x(g * runs);
+  std::normal_distribution<float> nd(0.0f, 3.0f);
+  for (auto& v : x) v = nd(rng);
+  for (qd::float_level lv : simd_levels()) {
+    CAPTURE(name(lv));
+    std::vector<std::int8_t> plain(g * runs);
+    std::vector<float> s_plain(runs), s_stream(runs);
+    REQUIRE(qd::quantize_groups_symmetric(lv, x.data(), g, runs, 127.5f, 0, -128, 127,
+                                          q::rounding_mode::half_to_even, plain.data(), s_plain.data(),
+                                          nullptr, false));
+    alignas(64) static std::int8_t buf[g * runs + 64];
+    for (std::size_t off : {0, 1, 16, 33}) {
+      CAPTURE(off);
+      std::fill(std::begin(buf), std::end(buf), std::int8_t{99});
+      REQUIRE(qd::quantize_groups_symmetric(lv, x.data(), g, runs, 127.5f, 0, -128, 127,
+                                            q::rounding_mode::half_to_even, buf + off, s_stream.data(),
+                                            nullptr, true));
+      CHECK(std::equal(plain.begin(), plain.end(), buf + off));
+      CHECK(s_stream == s_plain);
+      CHECK(buf[off + g * runs] == 99);  // nothing written past the end
+    }
+  }
+}

@@ -30,10 +30,6 @@ inline void cvt_bf16_f32_portable(const std::uint16_t* in, float* out, std::size
 }
 
 #if FRUGAL_QUANT_X86
-// Beyond the caches, non-temporal stores skip the read-for-ownership of the output, which is most of
-// the traffic of a widening conversion; below this size the output is better left in cache.
-inline constexpr std::size_t stream_bytes = std::size_t{4} << 20;
-
 template <std::size_t Align, class T>
 std::size_t head_to_align(const T* p, std::size_t n) noexcept {
   const auto mis = reinterpret_cast<std::uintptr_t>(p) % Align;

@@ -281,11 +281,12 @@ inline quantized_tensor quantize(std::span<const float> data, std::size_t rows, 
   const bool by_group = s.symmetric && s.granularity == granularity::per_group;
   const float half_levels = static_cast<float>(hi - lo) / 2.0f;
   const std::int32_t szp = symmetric_zero_point(s);
+  const bool stream = !packed && q.data.size() >= detail::stream_bytes;
   for (std::size_t r = 0; r < rows; ++r) {
     const float* row = data.data() + r * cols;
     auto* out = packed ? row_tmp.data() : reinterpret_cast<std::int8_t*>(q.data.data() + r * cols);
     if (by_group && detail::quantize_groups_symmetric(lv, row, n, runs, half_levels, szp, lo, hi, s.rounding,
-                                                      out, q.scales.data() + r * runs, nullptr)) {
+                                                      out, q.scales.data() + r * runs, nullptr, stream)) {
       std::fill_n(q.zero_points.data() + r * runs, runs, szp);
       if (packed) detail::pack_nibbles_run(lv, row_tmp.data(), cols, q.data.data() + r * q.row_bytes());
       continue;

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -60,6 +61,11 @@ FRUGAL_BEGIN_NAMESPACE
 namespace quant {
 
 namespace detail {
+
+// Beyond the caches, non-temporal stores skip the read-for-ownership of an output written once (most of
+// the traffic of a widening conversion, a fifth of a quantization's); below this size the output is
+// better left in cache for its reader.
+inline constexpr std::size_t stream_bytes = std::size_t{4} << 20;
 
 inline cpu_features detect_cpu_features() noexcept {
   cpu_features f;
