@@ -68,6 +68,20 @@ std::vector<float> hard_data(std::size_t n, float scale, std::int32_t zp, std::m
   return x;
 }
 
+// quantize on every SIMD path this CPU has gives `ref`, the portable path's tensor: scales, zero
+// points and integers.
+void check_simd_paths_match(const std::vector<float>& x, std::size_t rows, std::size_t cols,
+                            const q::scheme& s, const q::quantized_tensor& ref) {
+  for (auto path : {q::simd_path::avx2, q::simd_path::avx512}) {
+    if (!q::is_supported(path)) continue;
+    CAPTURE(q::to_string(path));
+    const auto got = q::quantize(x, rows, cols, s, path);
+    CHECK(got.scales == ref.scales);
+    CHECK(got.zero_points == ref.zero_points);
+    CHECK(got.data == ref.data);
+  }
+}
+
 }  // namespace
 
 TEST_CASE("quant fast path: quantize_run on every SIMD level equals the portable division bit for bit") {
@@ -272,14 +286,7 @@ TEST_CASE(
                               .rounding = rounding,
                               .nonfinite = policy};
             const auto ref = q::quantize(x, rows, cols, s, q::simd_path::portable);
-            for (auto path : {q::simd_path::avx2, q::simd_path::avx512}) {
-              if (!q::is_supported(path)) continue;
-              CAPTURE(q::to_string(path));
-              const auto got = q::quantize(x, rows, cols, s, path);
-              CHECK(got.scales == ref.scales);
-              CHECK(got.zero_points == ref.zero_points);
-              CHECK(got.data == ref.data);
-            }
+            check_simd_paths_match(x, rows, cols, s, ref);
           }
   // Under the error policy a NaN in any group is reported at its index, on every path.
   std::vector<float> y(4 * 128, 0.5f);
@@ -320,13 +327,7 @@ TEST_CASE("quant fast path: exact ties of x / scale in symmetric groups round by
       REQUIRE(at < static_cast<std::ptrdiff_t>(x.size()));
       CHECK(ref.value(static_cast<std::size_t>(at) / cols, static_cast<std::size_t>(at) % cols) - zp ==
             (rounding == q::rounding_mode::half_to_even ? 2 : 3));
-      for (auto path : {q::simd_path::avx2, q::simd_path::avx512}) {
-        if (!q::is_supported(path)) continue;
-        CAPTURE(q::to_string(path));
-        const auto got = q::quantize(x, rows, cols, s, path);
-        CHECK(got.scales == ref.scales);
-        CHECK(got.data == ref.data);
-      }
+      check_simd_paths_match(x, rows, cols, s, ref);
     }
   }
 }
@@ -382,13 +383,7 @@ TEST_CASE("quant fast path: per-group quantize beyond 4 MiB (non-temporal stores
                         .group_size = g,
                         .nonfinite = q::nonfinite_policy::saturate};
       const auto ref = q::quantize(x, rows, cols, s, q::simd_path::portable);
-      for (auto path : {q::simd_path::avx2, q::simd_path::avx512}) {
-        if (!q::is_supported(path)) continue;
-        CAPTURE(q::to_string(path));
-        const auto got = q::quantize(x, rows, cols, s, path);
-        CHECK(got.scales == ref.scales);
-        CHECK(got.data == ref.data);
-      }
+      check_simd_paths_match(x, rows, cols, s, ref);
     }
   std::vector<float> y = x;
   y[700 * cols + 129] = 0.5f;
