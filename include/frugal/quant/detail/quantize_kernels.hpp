@@ -700,9 +700,9 @@ FRUGAL_QUANT_TARGET_AVX2 inline bool groups_symmetric_avx2(const float* x, std::
 
 // Picks the instantiation: Clamp for types narrower than 8 bits (int4), Unsigned for u8, and the loops
 // unrolled for groups of 128 in the usual case. Unsigned with Clamp, or an 8-bit type with fp16 scales,
-// is not instantiated and goes to the general path. The AVX-512 level takes this kernel too: the divider
-// is the limit and 512-bit vectors divide no faster per element (both choices were measured in
-// throw-away builds on Zen 4; benchmarks/RESULTS.md gives the figures).
+// is not instantiated and goes to the general path. The AVX-512 level takes this kernel too: memory is the
+// limit (neither a plain multiply nor an FMA-corrected one was faster than the division), and an AVX-512
+// twin ran slower (both measured in throw-away builds on Zen 4; benchmarks/RESULTS.md gives the figures).
 inline bool quantize_groups_symmetric_avx2(const float* x, std::size_t g, std::size_t runs, float half_levels,
                                            std::int32_t zp, std::int32_t lo, std::int32_t hi,
                                            rounding_mode rm, std::int8_t* out, float* scales,
