@@ -5,7 +5,9 @@
 #   cmake -DREQUIREMENT=<name> -DWHY=<text> -P require.cmake   a test that stands in for one not built
 function(frugal_missing name why)
   string(REPLACE "," ";" required "$ENV{FRUGAL_REQUIRE}")
-  if(name IN_LIST required OR "all" IN_LIST required)
+  list(FIND required "${name}" named)  # not IN_LIST: a script without cmake_minimum_required lacks CMP0057
+  list(FIND required all all)
+  if(named GREATER -1 OR all GREATER -1)
     message(FATAL_ERROR "missing, and FRUGAL_REQUIRE requires it: ${name}: ${why}")
   endif()
   message(NOTICE "frugal-skip: missing ${name}: ${why}")

@@ -41,7 +41,8 @@ inline bool required(const requirement& r) {
   return false;
 }
 
-// The model directory: $FRUGAL_MODEL_DIR, else the one the build was configured with.
+// The model directory: $FRUGAL_MODEL_DIR, else the one the build was configured with (tests/CMakeLists.txt
+// defines it for every test; benchmarks/gpu/run.sh's nvcc-only builds do not).
 inline std::string model_dir() {
   if (const char* e = std::getenv("FRUGAL_MODEL_DIR"); e && *e) return e;
 #ifdef FRUGAL_MODEL_DIR
@@ -56,8 +57,9 @@ inline requirement model() {
   const std::string dir = model_dir();
   for (const char* part : {"model.safetensors", "vocab.txt", "config.json"})
     if (!std::filesystem::exists(dir + "/" + part))
-      return {"model", "no " + std::string(part) + " in " + dir +
-                           " (./cmake/quickstart.sh test fetches it; FRUGAL_MODEL_DIR points elsewhere)"};
+      return {"model",
+              "no " + std::string(part) + " in " + dir +
+                  " (./cmake/quickstart.sh test fetches it; FRUGAL_MODEL_DIR names another directory)"};
   return {"model", ""};
 }
 
@@ -135,7 +137,9 @@ inline std::string describe(const requirement& r) { return r.name + ": " + r.mis
 
 }  // namespace detail
 
-// The decorator: a case that needs each of `all`.
+// The decorator, `TEST_CASE("..." * needs(a, b))`: doctest calls fill() as it registers the case. A case
+// that fails for a required dependency gets a body that says so at once: its own would fail further on,
+// for a less plain reason, or pass on a stand-in.
 class needs {
  public:
   template <class... R>
