@@ -63,6 +63,7 @@ case "${1:-}" in
     need_packages clang libclang-rt-14-dev clang-format gcovr prometheus libutf8proc-dev python3-pip fortunes libhiredis-dev redis-server \
       libcpp-httplib-dev wrk libhnswlib-dev
     fetch_model
+    export FRUGAL_REQUIRE="${FRUGAL_REQUIRE:-all}"  # a missing model or tool fails its tests (tests/support/requires.hpp)
     start=$(date +%s)
     stage() {
       local name=$1

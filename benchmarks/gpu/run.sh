@@ -102,7 +102,7 @@ run_test() {
   cases=$(grep -Eo 'test cases: *[0-9]+ \| *[0-9]+ passed \| *[0-9]+ failed( \| *[0-9]+ skipped)?' "$logs/$t.log" | tail -1 | sed 's/test cases: *//; s/|/,/g')
   asserts=$(grep -Eo 'assertions: *[0-9]+ \| *[0-9]+ passed \| *[0-9]+ failed' "$logs/$t.log" | tail -1 | sed 's/assertions: *//; s/|/,/g')
   if ((rc == 124)); then verdict="TIMED OUT (cap ${limit} s)"
-  elif grep -q "SKIPPED GPU tests" "$logs/$t.log"; then verdict="SKIPPED: $(grep -m1 -o 'SKIPPED GPU tests: .*' "$logs/$t.log")"
+  elif ((rc == 77)); then verdict="SKIPPED: $(grep -m1 -o 'missing gpu: .*' "$logs/$t.log")"
   elif ((rc == 0)); then verdict="passed"
   else verdict="FAILED (rc $rc)"; failures+=$'\n'"### $t"$'\n'"$(grep -E -m 25 'ERROR|FATAL|TEST CASE|SUBCASE|seed' "$logs/$t.log")"; fi
   say "| $t | $verdict | $cases | $asserts | $(($(date +%s) - t0)) |"

@@ -1,7 +1,8 @@
 # Runs the sample program and checks its output with `promtool check metrics`; without promtool the test
-# prints the skip marker that SKIP_REGULAR_EXPRESSION turns into a ctest SKIP.
+# is skipped, or fails under FRUGAL_REQUIRE (../support/require.cmake).
 if(NOT PROMTOOL)
-  message("frugal-cost: promtool not found, test skipped")
+  include(${CMAKE_CURRENT_LIST_DIR}/../support/require.cmake)
+  frugal_missing(promtool "promtool was not found when the build was configured (Debian's prometheus package)")
   return()
 endif()
 execute_process(COMMAND "${SAMPLE}" OUTPUT_FILE "${OUT}" RESULT_VARIABLE rc)

@@ -3,6 +3,8 @@
 
 #include <doctest/doctest.h>
 
+#include "../support/requires.hpp"
+
 #ifdef FRUGAL_BATCH_JOB
 
 #  include <fcntl.h>
@@ -17,6 +19,7 @@
 #  include <chrono>
 #  include <cstring>
 #  include <filesystem>
+#  include <fstream>
 #  include <nlohmann/json.hpp>
 #  include <random>
 #  include <sstream>
@@ -83,10 +86,7 @@ int wait_for(const child& c) {
 
 int exit_status(int status) { return WIFEXITED(status) ? WEXITSTATUS(status) : -1; }
 
-std::string model_dir() {
-  if (const char* e = std::getenv("FRUGAL_MODEL_DIR"); e && *e) return e;
-  return FRUGAL_MODEL_DIR;
-}
+using frugal_test::model_dir;
 
 // The input and its uninterrupted output, made once per model and shared by the tests.
 struct reference {
@@ -126,10 +126,8 @@ bool use_minilm() {
     MESSAGE("FRUGAL_BERT_QUICK (a sanitizer build): the SIGKILL test runs the stand-in model");
     return false;
   }
-  if (!std::filesystem::exists(model_dir() + "/model.safetensors")) {
-    MESSAGE("no MiniLM at " << model_dir()
-                            << " (./cmake/quickstart.sh test fetches it): the SIGKILL test "
-                               "runs the stand-in model");
+  if (!frugal_test::available(frugal_test::model())) {
+    MESSAGE("the SIGKILL test runs the stand-in model");
     return false;
   }
   return true;
@@ -359,21 +357,28 @@ TEST_CASE(
   CHECK(nlohmann::json::parse(slurp(ledger))["devices"][0]["preemptions"] == 0);
 }
 
-// A real full disk: a 64 KiB tmpfs holds the output, the errors file and the checkpoint. Mounting needs
-// root (CAP_SYS_ADMIN); elsewhere the test says why it skipped, and the injected failure above still runs.
-TEST_CASE(
-    "job kill: a full tmpfs stops the job with ENOSPC naming the file; grown, it resumes exactly once") {
+namespace {
+
+// Mounting a tmpfs needs CAP_SYS_ADMIN: bit 21 of the effective set in /proc/self/status.
+frugal_test::requirement cap_sys_admin() {
+  std::ifstream in("/proc/self/status");
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("CapEff:", 0) == 0 && (std::stoull(line.substr(7), nullptr, 16) >> 21 & 1) != 0)
+      return {"cap_sys_admin", "", false};
+  return {"cap_sys_admin", "mounting a tmpfs needs CAP_SYS_ADMIN (root), which this process lacks", false};
+}
+
+}  // namespace
+
+// A real full disk: a 64 KiB tmpfs holds the output, the errors file and the checkpoint. Without the
+// privilege to mount it the test is skipped, and the injected failure above still runs.
+TEST_CASE("job kill: a full tmpfs stops the job with ENOSPC naming the file; grown, it resumes exactly once" *
+          frugal_test::needs(cap_sys_admin())) {
   fixture f;
   const std::string disk = f.dir / "disk";
   std::filesystem::create_directory(disk);
-  if (::geteuid() != 0) {
-    MESSAGE("skipped: mounting a tmpfs needs root (euid " << ::geteuid() << ")");
-    return;
-  }
-  if (::mount("tmpfs", disk.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, "size=64k") != 0) {
-    MESSAGE("skipped: mount -t tmpfs " << disk << " failed: " << std::strerror(errno));
-    return;
-  }
+  REQUIRE_MESSAGE(::mount("tmpfs", disk.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, "size=64k") == 0,
+                  "mount -t tmpfs " << disk << " failed: " << std::strerror(errno));
   struct unmount {
     std::string at;
     ~unmount() { ::umount2(at.c_str(), MNT_DETACH); }
@@ -403,8 +408,9 @@ TEST_CASE(
 
 #else
 
-TEST_CASE("job kill: skipped, the example frugal_batch_job is not built (FRUGAL_BUILD_EXAMPLES=OFF)") {
-  MESSAGE("the kill tests need examples/batch_job; configure with -DFRUGAL_BUILD_EXAMPLES=ON to run them");
-}
+// The kill tests need examples/batch_job; this stands in for them, skipped, saying so.
+TEST_CASE("job kill: the kill tests run examples/batch_job as a child process" *
+          frugal_test::needs(frugal_test::built(
+              "examples", false, "frugal_batch_job is not built (FRUGAL_BUILD_EXAMPLES=OFF)"))) {}
 
 #endif

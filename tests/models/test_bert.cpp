@@ -11,14 +11,14 @@
 #include <string>
 #include <vector>
 
+#include "../support/requires.hpp"
 #include "bert.hpp"
 
 namespace {
 
-std::string model_dir() {
-  if (const char* e = std::getenv("FRUGAL_MODEL_DIR"); e && *e) return e;
-  return FRUGAL_MODEL_DIR;
-}
+using frugal_test::model;
+using frugal_test::model_dir;
+using frugal_test::needs;
 
 struct fixture {
   std::vector<std::string> texts;
@@ -48,12 +48,6 @@ std::vector<std::string> calibration() {
   return out;
 }
 
-bool have_model() {
-  if (std::filesystem::exists(model_dir() + "/model.safetensors")) return true;
-  MESSAGE("bert: no model at " << model_dir() << " (./cmake/quickstart.sh test fetches it), skipped");
-  return false;
-}
-
 // The nearest other sentence of each sentence, by cosine, within one set of embeddings, and by how much
 // it beats the second nearest.
 std::vector<std::size_t> nearest(const std::vector<std::vector<float>>& e,
@@ -78,8 +72,8 @@ std::vector<std::size_t> nearest(const std::vector<std::vector<float>>& e,
 
 }  // namespace
 
-TEST_CASE("bert: fp32 equals sentence-transformers on every fixture sentence, over 256 tokens included") {
-  if (!have_model()) return;
+TEST_CASE("bert: fp32 equals sentence-transformers on every fixture sentence, over 256 tokens included" *
+          needs(model())) {
   const auto& ref = reference();
   REQUIRE(ref.texts.size() >= (FRUGAL_BERT_QUICK ? 48u : 200u));
   const auto enc = bert::encoder::load(model_dir(), {.threads = 2});
@@ -101,8 +95,7 @@ TEST_CASE("bert: fp32 equals sentence-transformers on every fixture sentence, ov
                                                             << " cut at 256 tokens");
 }
 
-TEST_CASE("bert: threads and batch packing do not change the result") {
-  if (!have_model()) return;
+TEST_CASE("bert: threads and batch packing do not change the result" * needs(model())) {
   const auto& ref = reference();
   const std::vector<std::string> some(ref.texts.begin(), ref.texts.begin() + 40);
   const auto one = bert::encoder::load(model_dir(), {.threads = 1}).encode_texts(some);
@@ -116,12 +109,11 @@ TEST_CASE("bert: threads and batch packing do not change the result") {
   }
 }
 
-TEST_CASE("bert: int8 with SmoothQuant keeps the meaning (cosine mean >= 0.995, min >= 0.98, top-1 >= 99%)") {
-  if (!have_model()) return;
-  if (FRUGAL_BERT_QUICK) {
-    MESSAGE("bert int8 bounds: statistical over the whole fixture, not run under the sanitizers");
-    return;
-  }
+// The bounds are statistical over the whole fixture, which the sanitizer builds do not run.
+TEST_CASE("bert: int8 with SmoothQuant keeps the meaning (cosine mean >= 0.995, min >= 0.98, top-1 >= 99%)" *
+          needs(model(),
+                frugal_test::built("whole-fixture", !FRUGAL_BERT_QUICK,
+                                   "a sanitizer build runs a 48-sentence subset (FRUGAL_BERT_QUICK)"))) {
   const auto& ref = reference();
   const auto cal = calibration();
   REQUIRE(cal.size() >= 200);
@@ -177,7 +169,7 @@ TEST_CASE("bert: bad model directories and inputs get errors naming what is wron
   CHECK_THROWS_WITH(bert::encoder::load(dir.string()), doctest::Contains("hidden_act"));
   CHECK_THROWS_WITH(bert::parse_precision("int3"), doctest::Contains("int3"));
   CHECK_THROWS_WITH(bert::encoder::load(dir.string(), {.threads = 0}), doctest::Contains("threads"));
-  if (have_model()) {
+  if (frugal_test::available(model())) {
     // The real tensors under a config that asks for other shapes: the error names file and tensor.
     fs::copy_file(model_dir() + "/vocab.txt", dir / "vocab.txt", fs::copy_options::overwrite_existing);
     fs::create_symlink(model_dir() + "/model.safetensors", dir / "model.safetensors");
@@ -199,8 +191,8 @@ TEST_CASE("bert: bad model directories and inputs get errors naming what is wron
   fs::remove_all(dir);
 }
 
-TEST_CASE("bert: frugal_embed end to end: one JSON array per line in input order, usage errors exit 2") {
-  if (!have_model()) return;
+TEST_CASE("bert: frugal_embed end to end: one JSON array per line in input order, usage errors exit 2" *
+          needs(model())) {
   namespace fs = std::filesystem;
   const fs::path dir = fs::temp_directory_path() / ("frugal_embed_" + std::to_string(::getpid()));
   fs::create_directories(dir);

@@ -14,10 +14,8 @@
 
 namespace {
 
-std::string model_dir() {
-  if (const char* e = std::getenv("FRUGAL_MODEL_DIR"); e && *e) return e;
-  return FRUGAL_MODEL_DIR;
-}
+using frugal_test::model;
+using frugal_test::model_dir;
 
 std::vector<std::string> lines(const std::string& name, std::size_t most) {
   std::ifstream in(std::string(FRUGAL_FIXTURE_DIR) + "/" + name);
@@ -68,16 +66,15 @@ TEST_SUITE("bert-cuda-host") {
   }
 }
 
-TEST_CASE("int8 layers on the GPU equal the CPU's" * FRUGAL_NEEDS_GPU) {
-  if (!std::filesystem::exists(model_dir() + "/model.safetensors")) FAIL("no model at " << model_dir());
+TEST_CASE("int8 layers on the GPU equal the CPU's" * frugal_test::needs(frugal_test::gpu(), model())) {
   // W8A8 is exact in int32 on both sides; only the fp32 epilogue's rounding order differs.
   for (double c : device_against_cpu(bert::precision::int8, lines("calibration.txt", 256)))
     CHECK(c >= 0.9999);
   for (double c : device_against_cpu(bert::precision::int8_per_channel)) CHECK(c >= 0.9999);
 }
 
-TEST_CASE("fp16 and bf16 layers on the GPU stay close to the CPU's" * FRUGAL_NEEDS_GPU) {
-  if (!std::filesystem::exists(model_dir() + "/model.safetensors")) FAIL("no model at " << model_dir());
+TEST_CASE("fp16 and bf16 layers on the GPU stay close to the CPU's" *
+          frugal_test::needs(frugal_test::gpu(), model())) {
   // The GPU rounds the layer inputs to 16 bits too (the CPU path widens the weights only).
   for (double c : device_against_cpu(bert::precision::fp16)) CHECK(c >= 0.999);
   for (double c : device_against_cpu(bert::precision::bf16)) CHECK(c >= 0.99);
@@ -85,7 +82,7 @@ TEST_CASE("fp16 and bf16 layers on the GPU stay close to the CPU's" * FRUGAL_NEE
 
 TEST_CASE("fp32 and int4 stay on the CPU; a bad layer is refused by name" * FRUGAL_NEEDS_GPU) {
   const auto dev = bert::make_cuda_linear_device();
-  if (std::filesystem::exists(model_dir() + "/model.safetensors")) {
+  if (frugal_test::available(model())) {
     const auto e = bert::encoder::load(model_dir(), {.weights = bert::precision::fp32, .device = dev});
     CHECK(e.device() == nullptr);
   }

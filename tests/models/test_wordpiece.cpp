@@ -7,17 +7,14 @@
 #include <string>
 #include <vector>
 
+#include "../support/requires.hpp"
+
 namespace wp = frugal::wordpiece;
 
 namespace {
 
 std::vector<std::string> small_vocab() {
   return {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "un", "##aff", "##able", "hello", "!", "cafe", "日", "本", "a"};
-}
-
-std::string model_dir() {
-  if (const char* e = std::getenv("FRUGAL_MODEL_DIR"); e && *e) return e;
-  return FRUGAL_MODEL_DIR;
 }
 
 }  // namespace
@@ -56,13 +53,9 @@ TEST_CASE("wordpiece: sequences are cut to max_length with [SEP] kept last, and 
                        std::runtime_error);
 }
 
-TEST_CASE("wordpiece: ids equal HF tokenizers' on the fixture (fortunes and hard cases)") {
-  const std::string vocab = model_dir() + "/vocab.txt";
-  if (!std::filesystem::exists(vocab)) {
-    MESSAGE("skipped: no model at " << model_dir()
-                                    << " (./cmake/quickstart.sh fetches it; or set FRUGAL_MODEL_DIR)");
-    return;
-  }
+TEST_CASE("wordpiece: ids equal HF tokenizers' on the fixture (fortunes and hard cases)" *
+          frugal_test::needs(frugal_test::model())) {
+  const std::string vocab = frugal_test::model_dir() + "/vocab.txt";
   const wp::tokenizer t(vocab);
   std::ifstream in(std::string(FRUGAL_FIXTURE_DIR) + "/tokenizer_ids.jsonl");
   REQUIRE(in.good());

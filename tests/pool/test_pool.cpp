@@ -24,6 +24,7 @@
 #include "frugal/pool.hpp"
 
 #include "../support/errors.hpp"
+#include "../support/requires.hpp"
 
 using namespace std::chrono_literals;
 
@@ -973,8 +974,8 @@ struct weights {
 };
 }  // namespace
 
-TEST_CASE("pool: an idle unload gives the model's memory back to the OS (RSS)") {
-  if (rss_bytes() == 0) return;  // no /proc
+TEST_CASE("pool: an idle unload gives the model's memory back to the OS (RSS)" *
+          frugal_test::needs(frugal_test::file("procfs", "/proc/self/statm"))) {
   frugal::manual_clock clock;
   frugal::model_pool<weights, frugal::model_args, frugal::manual_clock> pool(
       {.budget_bytes = 1ull << 30,

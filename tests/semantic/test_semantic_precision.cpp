@@ -11,12 +11,14 @@
 
 #include <frugal/semantic.hpp>
 
+#include "../support/requires.hpp"
 #include "bert.hpp"
 #include "pairs.hpp"
 
 namespace {
 
-bool model_present() { return std::filesystem::exists(std::string(FRUGAL_MODEL_DIR) + "/model.safetensors"); }
+using frugal_test::model;
+using frugal_test::needs;
 
 struct embedded {
   std::vector<frugal_test::text_pair> pairs;
@@ -33,7 +35,7 @@ const embedded& fixture() {
     for (const auto& p : r.pairs)
       for (const auto* t : {&p.a, &p.b})
         if (r.vectors.emplace(*t, std::vector<float>{}).second) texts.push_back(*t);
-    const auto enc = bert::encoder::load(FRUGAL_MODEL_DIR, {.threads = 2});
+    const auto enc = bert::encoder::load(frugal_test::model_dir(), {.threads = 2});
     const auto vs = enc.encode_texts(texts);
     for (std::size_t i = 0; i < texts.size(); ++i) r.vectors[texts[i]] = vs[i];
     return r;
@@ -63,11 +65,8 @@ TEST_CASE("semantic precision: the fixture has 300 paraphrase and 300 near-miss 
   CHECK(topics.size() >= 20);
 }
 
-TEST_CASE("semantic precision: a threshold chosen on one half keeps precision >= 99% on the held-out half") {
-  if (!model_present()) {
-    MESSAGE("skipped: no model at " FRUGAL_MODEL_DIR);
-    return;
-  }
+TEST_CASE("semantic precision: a threshold chosen on one half keeps precision >= 99% on the held-out half" *
+          needs(model())) {
   const auto& f = fixture();
   std::vector<frugal_test::scored_pair> scored;
   for (const auto& p : f.pairs) {
@@ -104,12 +103,8 @@ TEST_CASE("semantic precision: a threshold chosen on one half keeps precision >=
   CHECK(dflt.false_hits == 0);
 }
 
-TEST_CASE(
-    "semantic precision: one cache of the held-out answers, queried by their anchors, is rarely wrong") {
-  if (!model_present()) {
-    MESSAGE("skipped: no model at " FRUGAL_MODEL_DIR);
-    return;
-  }
+TEST_CASE("semantic precision: one cache of the held-out answers, queried by their anchors, is rarely wrong" *
+          needs(model())) {
   const auto& f = fixture();
   // Every held-out b is cached; each anchor then meets its paraphrase, its near miss and all the rest.
   frugal::semantic_cache<std::size_t> cache({.max_entries = 4096});

@@ -9,6 +9,7 @@
 #include <regex>
 #include <string>
 
+#include "../support/requires.hpp"
 #include "serve.hpp"
 
 namespace {
@@ -48,6 +49,7 @@ TEST_CASE("serve: a scripted ladder answers every request and its figures agree 
   REQUIRE(plan.size() == 400);
   const auto results = serve::run(cfg);
   REQUIRE(results.size() == 5);
+  const bool promtool = frugal_test::available(frugal_test::tool("promtool", FRUGAL_PROMTOOL));
 
   for (std::size_t i = 0; i < results.size(); ++i) {
     CAPTURE(i);
@@ -69,15 +71,15 @@ TEST_CASE("serve: a scripted ladder answers every request and its figures agree 
     CHECK(prom_value(r.prometheus, "frugal_requests_total{feature=\"tiny\",outcome=\"ok\"}") ==
           doctest::Approx(400));
     CHECK(r.prometheus.find("frugal_cost_usd_total") != std::string::npos);
-#ifdef FRUGAL_PROMTOOL
-    const std::string path =
-        (std::filesystem::temp_directory_path() / ("frugal_test_serve_step" + std::to_string(i) + ".prom"))
-            .string();
-    std::ofstream(path) << r.prometheus;
-    CHECK(std::system(
-              (std::string(FRUGAL_PROMTOOL) + " check metrics < " + path + " > /dev/null 2>&1").c_str()) ==
-          0);
-#endif
+    if (promtool) {
+      const std::string path =
+          (std::filesystem::temp_directory_path() / ("frugal_test_serve_step" + std::to_string(i) + ".prom"))
+              .string();
+      std::ofstream(path) << r.prometheus;
+      CHECK(std::system(
+                (std::string(FRUGAL_PROMTOOL) + " check metrics < " + path + " > /dev/null 2>&1").c_str()) ==
+            0);
+    }
   }
   // One request per call without batching; batches of more than one with it.
   CHECK(results[0].mean_batch == doctest::Approx(1.0));
@@ -210,14 +212,10 @@ TEST_CASE("serve: command-line overrides reach nested fields and keep their JSON
   CHECK(cfg.zipf_s == doctest::Approx(0.5));
 }
 
-TEST_CASE("serve: the MiniLM ladder serves real sentences, counts tokens, and int8 stays close to fp32") {
-  const char* env = std::getenv("FRUGAL_MODEL_DIR");
-  const std::string dir = env && *env ? env : FRUGAL_SERVE_MODEL_DIR;
-  if (!std::filesystem::exists(dir + "/model.safetensors") ||
-      !std::filesystem::exists("/usr/share/games/fortunes")) {
-    MESSAGE("serve minilm: no model at " << dir << " or no fortunes corpus, skipped");
-    return;
-  }
+TEST_CASE("serve: the MiniLM ladder serves real sentences, counts tokens, and int8 stays close to fp32" *
+          frugal_test::needs(frugal_test::model(),
+                             frugal_test::file("fortunes", "/usr/share/games/fortunes"))) {
+  const std::string dir = frugal_test::model_dir();
   serve::json j = serve::json::parse(R"({
     "seed": 3,
     "model": {"kind": "minilm", "name": "minilm", "calibration_sentences": 16},

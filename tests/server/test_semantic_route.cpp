@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "../support/process.hpp"
+#include "../support/requires.hpp"
 
 #include <httplib.h>
 
@@ -22,16 +23,9 @@ namespace {
 
 using json = nlohmann::json;
 
-std::string model_dir() {
-  if (const char* e = std::getenv("FRUGAL_MODEL_DIR"); e && *e) return e;
-  return FRUGAL_MODEL_DIR;
-}
-
-bool have_model() {
-  if (std::filesystem::exists(model_dir() + "/model.safetensors")) return true;
-  MESSAGE("semantic route: no model at " << model_dir() << ", skipped");
-  return false;
-}
+using frugal_test::model;
+using frugal_test::model_dir;
+using frugal_test::needs;
 
 constexpr const char* token = "semantic-route-test-token";
 
@@ -90,8 +84,8 @@ std::string get(httplib::Client& c, const char* path) {
 
 TEST_CASE(
     "semantic route: a repeat is an exact hit, a near-duplicate gets the first answer, a near miss "
-    "reaches the model, and the ledger counts exact and semantic hits apart") {
-  if (!have_model()) return;
+    "reaches the model, and the ledger counts exact and semantic hits apart" *
+    needs(model())) {
   auto c = server().client();
   const std::string m0 = get(c, "/v1/semantic/metrics");
   const json l0 = json::parse(get(c, "/v1/semantic/ledger"));
@@ -134,7 +128,7 @@ TEST_CASE(
   CHECK(delta("frugal_batches_total{feature=\"embed\"}") == 5);
 
   // The route's exposition is valid, by Prometheus' own checker.
-  if (std::filesystem::exists(FRUGAL_PROMTOOL)) {
+  if (frugal_test::available(frugal_test::tool("promtool", FRUGAL_PROMTOOL))) {
     const std::string path = std::filesystem::temp_directory_path() /
                              ("frugal_semantic_route." + std::to_string(::getpid()) + ".prom");
     std::ofstream(path) << m1;
@@ -157,8 +151,7 @@ TEST_CASE(
   CHECK(field(l1, 1, "busy_seconds") > field(l0, 1, "busy_seconds"));  // the MiniLM embeddings, timed
 }
 
-TEST_CASE("semantic route: bad input gets a 4xx status and a JSON error naming the field") {
-  if (!have_model()) return;
+TEST_CASE("semantic route: bad input gets a 4xx status and a JSON error naming the field" * needs(model())) {
   auto c = server().client();
   const std::string m0 = get(c, "/v1/semantic/metrics");
   struct bad {
@@ -197,8 +190,8 @@ TEST_CASE("semantic route: bad input gets a 4xx status and a JSON error naming t
     CHECK(metric(m1, s) == metric(m0, s));
 }
 
-TEST_CASE("semantic route: concurrent requests each get one answer, the one computed for their question") {
-  if (!have_model()) return;
+TEST_CASE("semantic route: concurrent requests each get one answer, the one computed for their question" *
+          needs(model())) {
   auto c0 = server().client();
   const std::string m0 = get(c0, "/v1/semantic/metrics");
   const std::vector<std::string> questions = {"Can I return a gift without a receipt?",
@@ -239,8 +232,8 @@ TEST_CASE("semantic route: concurrent requests each get one answer, the one comp
   CHECK(calls <= 3 * threads);
 }
 
-TEST_CASE("semantic route: without the bearer token a request gets 401 and never reaches the model") {
-  if (!have_model()) return;
+TEST_CASE("semantic route: without the bearer token a request gets 401 and never reaches the model" *
+          needs(model())) {
   httplib::Client c("127.0.0.1", server().port);
   c.set_read_timeout(30, 0);
   const auto r = c.Post("/v1/semantic/answer", R"({"input": "Where is my parcel?"})", "application/json");

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "../support/process.hpp"
+#include "../support/requires.hpp"
 #include "bert.hpp"
 #if FRUGAL_SERVER_HAS_REDIS
 #  include "../redis/redis_server.hpp"
@@ -40,18 +41,10 @@ namespace {
 using json = nlohmann::json;
 namespace fs = std::filesystem;
 
-std::string model_dir() {
-  if (const char* e = std::getenv("FRUGAL_MODEL_DIR"); e && *e) return e;
-  return FRUGAL_MODEL_DIR;
-}
-
-bool have_model() {
-  if (fs::exists(model_dir() + "/model.safetensors")) return true;
-  MESSAGE("server: no model at " << model_dir() << ", skipped");
-  return false;
-}
-
 using frugal_test::free_port;
+using frugal_test::model;
+using frugal_test::model_dir;
+using frugal_test::needs;
 
 // A process under test (frugal_test::child: the kernel kills it if this test dies), with extra environment
 // variables, killed at scope exit if it is still running.
@@ -174,8 +167,8 @@ std::string wait_metric(httplib::Client& c, const std::string& series, double wa
 
 }  // namespace
 
-TEST_CASE("server: /v1/embeddings answers in the OpenAI shape, equal to the encoder, and tags the feature") {
-  if (!have_model()) return;
+TEST_CASE("server: /v1/embeddings answers in the OpenAI shape, equal to the encoder, and tags the feature" *
+          needs(model())) {
   server_proc s({});
   auto c = s.client();
   CHECK(c.Get("/healthz")->status == 200);
@@ -215,8 +208,8 @@ TEST_CASE("server: /v1/embeddings answers in the OpenAI shape, equal to the enco
   CHECK(c.Get("/v1/models")->body.find("all-MiniLM-L6-v2") != std::string::npos);
 }
 
-TEST_CASE("server: bad requests get OpenAI-shaped errors with the right status and the field named") {
-  if (!have_model()) return;
+TEST_CASE("server: bad requests get OpenAI-shaped errors with the right status and the field named" *
+          needs(model())) {
   server_proc s({"--max-body-bytes", "4096", "--max-inputs", "4"});
   auto c = s.client();
   const auto expect = [&](const std::string& b, int status, const std::string& words, const char* param) {
@@ -248,8 +241,7 @@ TEST_CASE("server: bad requests get OpenAI-shaped errors with the right status a
   CHECK(json::parse(r->body)["error"]["message"] == "no such route");
 }
 
-TEST_CASE("server: with a token, requests without it get 401 and never reach the model") {
-  if (!have_model()) return;
+TEST_CASE("server: with a token, requests without it get 401 and never reach the model" * needs(model())) {
   server_proc s({}, {"FRUGAL_SERVER_TOKEN=s3cret-token"});
   auto c = s.client();
   auto r = c.Post("/v1/embeddings", body("hello"), "application/json");
@@ -265,8 +257,8 @@ TEST_CASE("server: with a token, requests without it get 401 and never reach the
   CHECK(c.Post("/v1/embeddings", ok, body("hello"), "application/json")->status == 200);
 }
 
-TEST_CASE("server: SIGTERM answers every accepted request, flushes the ledger's exports and exits 0") {
-  if (!have_model()) return;
+TEST_CASE("server: SIGTERM answers every accepted request, flushes the ledger's exports and exits 0" *
+          needs(model())) {
   const fs::path dir = fs::temp_directory_path() / ("frugal_server_" + std::to_string(::getpid()));
   fs::create_directories(dir);
   server_proc s({"--window-ms", "3000", "--max-batch", "64", "--export-dir", dir.string()});
@@ -293,8 +285,8 @@ TEST_CASE("server: SIGTERM answers every accepted request, flushes the ledger's 
   fs::remove_all(dir);
 }
 
-TEST_CASE("server: overload is refused at once with 429 and Retry-After; every accepted request succeeds") {
-  if (!have_model()) return;
+TEST_CASE("server: overload is refused at once with 429 and Retry-After; every accepted request succeeds" *
+          needs(model())) {
   server_proc s({"--max-queued", "4", "--window-ms", "50", "--max-batch", "4", "--http-threads", "48",
                  "--cache-entries", "0", "--http-nice", "19"});
   constexpr int n = 40;
@@ -357,12 +349,8 @@ TEST_CASE("server: overload is refused at once with 429 and Retry-After; every a
   }
 }
 
-TEST_CASE("server: a real Prometheus scrapes /metrics and sees frugal's series with the right values") {
-  if (!have_model()) return;
-  if (!fs::exists(FRUGAL_PROMETHEUS)) {
-    MESSAGE("server: no prometheus binary (Debian's prometheus package), skipped");
-    return;
-  }
+TEST_CASE("server: a real Prometheus scrapes /metrics and sees frugal's series with the right values" *
+          needs(model(), frugal_test::tool("prometheus", FRUGAL_PROMETHEUS))) {
   server_proc s({});
   auto c = s.client();
   for (int i = 0; i < 5; ++i)
@@ -405,12 +393,8 @@ TEST_CASE("server: a real Prometheus scrapes /metrics and sees frugal's series w
   fs::remove_all(dir);
 }
 
-TEST_CASE("server: a short wrk run below capacity gets no non-2xx response") {
-  if (!have_model()) return;
-  if (!fs::exists(FRUGAL_WRK)) {
-    MESSAGE("server: no wrk binary (Debian's wrk package), skipped");
-    return;
-  }
+TEST_CASE("server: a short wrk run below capacity gets no non-2xx response" *
+          needs(model(), frugal_test::tool("wrk", FRUGAL_WRK))) {
   server_proc s({"--max-queued", "4096"});
   const fs::path dir = fs::temp_directory_path() / ("frugal_wrk_" + std::to_string(::getpid()));
   fs::create_directories(dir);
@@ -434,12 +418,11 @@ TEST_CASE("server: a short wrk run below capacity gets no non-2xx response") {
 }
 
 TEST_CASE(
-    "server: two replicas share results through a real Redis, and a dead Redis is a miss, not an error") {
-  if (!have_model()) return;
-  if (!FRUGAL_SERVER_HAS_REDIS || std::system("command -v redis-server > /dev/null") != 0) {
-    MESSAGE("server: no redis-server or a build without hiredis, skipped");
-    return;
-  }
+    "server: two replicas share results through a real Redis, and a dead Redis is a miss, not an error" *
+    needs(model(),
+          frugal_test::found("hiredis", FRUGAL_SERVER_HAS_REDIS,
+                             "the build found no hiredis (libhiredis-dev)"),
+          frugal_test::on_path("redis-server"))) {
 #if FRUGAL_SERVER_HAS_REDIS
   auto redis = std::make_unique<frugal_test::redis_server>();  // answers PING before this returns
   const std::string addr = "127.0.0.1:" + std::to_string(redis->port());
@@ -509,8 +492,8 @@ bool wait_state(const httplib::Client& c, const std::string& name, const std::st
 }  // namespace
 
 TEST_CASE(
-    "server: models from the pool; a cold start on the first request, unloaded when idle, loaded again") {
-  if (!have_model()) return;
+    "server: models from the pool; a cold start on the first request, unloaded when idle, loaded again" *
+    needs(model())) {
   models_file mf(json{{"models",
                        {{{"name", "minilm-int8"}, {"precision", "int8"}, {"pinned", true}},
                         {{"name", "minilm-fp32"}, {"precision", "fp32"}, {"idle_unload_s", 0.5}}}}},
@@ -579,8 +562,8 @@ TEST_CASE(
   CHECK(r->body.find("'minilm-int8', 'minilm-fp32'") != std::string::npos);
 }
 
-TEST_CASE("server: a pool budget of one model evicts the idle one for the next, and answers both") {
-  if (!have_model()) return;
+TEST_CASE("server: a pool budget of one model evicts the idle one for the next, and answers both" *
+          needs(model())) {
   // Two fp32 models of about 90 MB each in a budget of 150 MB: one at a time.
   models_file mf(json{{"budget_mb", 150},
                       {"models",
@@ -609,8 +592,8 @@ TEST_CASE("server: a pool budget of one model evicts the idle one for the next, 
   CHECK(metric(m, "frugal_pool_evictions_total{model=\"a\"}") == 1);
 }
 
-TEST_CASE("server: a bad --models file is refused at start, naming the field's path; nothing is loaded") {
-  if (!have_model()) return;
+TEST_CASE("server: a bad --models file is refused at start, naming the field's path; nothing is loaded" *
+          needs(model())) {
   const auto refused = [](const json& j, const std::string& words) {
     CAPTURE(words);
     models_file mf(j, "bad");

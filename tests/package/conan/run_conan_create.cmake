@@ -4,15 +4,16 @@
 #   -DROOT=<frugal source>  -DWORK=<scratch folder>  -DTOOLS=<folder for the conan venv>
 #   -DWITH_CUDA=ON|OFF      -DPYTHON=<python3>  -DEXPECT=<lines the test package must print>
 # Conan comes from, in order: a venv already in TOOLS, a Conan 2 on PATH, or a fresh venv in TOOLS
-# (pip, from PyPI). When none works it prints "frugal-conan-skip:" and the ctest is reported as
-# skipped, except under CI=true, where a missing Conan is a failure.
+# (pip, from PyPI). When none works the ctest is reported as skipped, except under CI=true or a
+# FRUGAL_REQUIRE naming conan (../../support/require.cmake), where a missing Conan is a failure.
 cmake_minimum_required(VERSION 3.25)
+include(${CMAKE_CURRENT_LIST_DIR}/../../support/require.cmake)
 
 function(skip_or_fail reason)
   if("$ENV{CI}" STREQUAL "true")
     message(FATAL_ERROR "conan is needed in CI: ${reason}")
   endif()
-  message(NOTICE "frugal-conan-skip: ${reason}")
+  frugal_missing(conan "${reason}")
   # A script cannot exit early from a function; the caller returns.
   set(skipped TRUE PARENT_SCOPE)
 endfunction()
