@@ -1,6 +1,6 @@
 #include <doctest/doctest.h>
 
-#include "support/requires.hpp"
+#include "../support/requires.hpp"
 
 #include <cstdint>
 #include <cstdlib>
