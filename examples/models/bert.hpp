@@ -42,8 +42,8 @@
 #include <nlohmann/json.hpp>
 
 #include <frugal/quant.hpp>
-#include <frugal/safetensors.hpp>
-#include <frugal/wordpiece.hpp>
+#include <frugal/model/safetensors.hpp>
+#include <frugal/model/wordpiece.hpp>
 
 #include "linear_device.hpp"
 

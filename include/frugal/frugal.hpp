@@ -4,7 +4,7 @@
 #include "frugal/batcher.hpp"
 #include "frugal/cache.hpp"
 #include "frugal/clock.hpp"
-#include "frugal/config.hpp"
+#include "frugal/namespace.hpp"
 #include "frugal/cost.hpp"
 #include "frugal/pool.hpp"
 #include "frugal/quant.hpp"

@@ -12,7 +12,7 @@
 #include <tuple>
 #include <type_traits>
 
-#include "frugal/config.hpp"
+#include "frugal/namespace.hpp"
 #include "frugal/cuda/cublaslt.cuh"
 #include "frugal/cuda/gemm/device/gemm.cuh"
 

@@ -15,7 +15,7 @@
 #include <span>
 #include <string>
 
-#include "frugal/config.hpp"
+#include "frugal/namespace.hpp"
 #include "frugal/cuda/gemm/arguments.cuh"
 #include "frugal/cuda/gemm/device/checks.cuh"
 #include "frugal/cuda/memory.cuh"

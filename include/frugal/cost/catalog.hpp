@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "frugal/config.hpp"
+#include "frugal/namespace.hpp"
 #include "frugal/cost/money.hpp"
 
 FRUGAL_BEGIN_NAMESPACE

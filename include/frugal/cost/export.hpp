@@ -12,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-#include "frugal/config.hpp"
+#include "frugal/namespace.hpp"
 #include "frugal/cost/snapshot.hpp"
 
 FRUGAL_BEGIN_NAMESPACE

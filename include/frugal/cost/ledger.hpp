@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "frugal/config.hpp"
+#include "frugal/namespace.hpp"
 #include "frugal/cost/histogram.hpp"
 #include "frugal/cost/money.hpp"
 #include "frugal/cost/snapshot.hpp"

@@ -24,7 +24,7 @@
 #include <string>
 #include <thread>
 
-#include "frugal/config.hpp"
+#include "frugal/namespace.hpp"
 #include "frugal/job/error.hpp"
 #include "frugal/job/io.hpp"
 

@@ -10,7 +10,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "frugal/config.hpp"
+#include "frugal/namespace.hpp"
 #include "frugal/cost/advisors.hpp"
 #include "frugal/cost/money.hpp"
 

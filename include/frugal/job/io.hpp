@@ -13,7 +13,7 @@
 #include <string_view>
 #include <utility>
 
-#include "frugal/config.hpp"
+#include "frugal/namespace.hpp"
 #include "frugal/job/error.hpp"
 
 FRUGAL_BEGIN_NAMESPACE

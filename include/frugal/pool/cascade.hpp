@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "frugal/config.hpp"
+#include "frugal/namespace.hpp"
 #include "frugal/cost/ledger.hpp"
 #include "frugal/cost/money.hpp"
 #include "frugal/pool/errors.hpp"

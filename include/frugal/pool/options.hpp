@@ -10,7 +10,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "frugal/config.hpp"
+#include "frugal/namespace.hpp"
 #include "frugal/cost/histogram.hpp"
 #include "frugal/cost/ledger.hpp"
 

@@ -7,7 +7,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "frugal/config.hpp"
+#include "frugal/namespace.hpp"
 #include "frugal/quant/detail/cpu.hpp"
 #include "frugal/quant/types.hpp"
 

@@ -14,7 +14,7 @@
 #include <utility>
 #include <vector>
 
-#include "frugal/config.hpp"
+#include "frugal/namespace.hpp"
 #include "frugal/detail/spin.hpp"
 
 FRUGAL_BEGIN_NAMESPACE

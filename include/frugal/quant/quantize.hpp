@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "frugal/config.hpp"
+#include "frugal/namespace.hpp"
 #include "frugal/quant/detail/cpu.hpp"
 #include "frugal/quant/detail/quantize_kernels.hpp"
 #include "frugal/quant/scheme.hpp"

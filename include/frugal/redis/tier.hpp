@@ -24,7 +24,7 @@
 
 #include "frugal/cache/basic_cache.hpp"
 #include "frugal/cache/key.hpp"
-#include "frugal/config.hpp"
+#include "frugal/namespace.hpp"
 #include "frugal/cost/ledger.hpp"
 #include "frugal/redis/client.hpp"
 #include "frugal/redis/codec.hpp"

@@ -18,7 +18,7 @@
 #include "frugal/batcher/detail/ring.hpp"
 #include "frugal/batcher/errors.hpp"
 #include "frugal/batcher/options.hpp"
-#include "frugal/config.hpp"
+#include "frugal/namespace.hpp"
 #include "frugal/cost/histogram.hpp"
 #include "frugal/detail/spin.hpp"
 

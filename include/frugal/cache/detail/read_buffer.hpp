@@ -43,7 +43,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "frugal/config.hpp"
+#include "frugal/namespace.hpp"
 #include "frugal/detail/spin.hpp"
 
 // Whether ThreadSanitizer instruments this build (GCC defines __SANITIZE_THREAD__, Clang has the

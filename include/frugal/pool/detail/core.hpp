@@ -21,7 +21,7 @@
 #include <utility>
 #include <vector>
 
-#include "frugal/config.hpp"
+#include "frugal/namespace.hpp"
 #include "frugal/cost/histogram.hpp"
 #include "frugal/detail/spin.hpp"
 #include "frugal/pool/detail/gate.hpp"

@@ -8,7 +8,7 @@
 #include <string>
 #include <string_view>
 
-#include "frugal/config.hpp"
+#include "frugal/namespace.hpp"
 #include "frugal/quant/cpu.hpp"
 
 // SIMD paths are compiled per function with target attributes, so one binary built without -march

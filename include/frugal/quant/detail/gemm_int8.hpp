@@ -23,7 +23,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "frugal/config.hpp"
+#include "frugal/namespace.hpp"
 #include "frugal/quant/aligned.hpp"
 #include "frugal/quant/detail/cpu.hpp"
 

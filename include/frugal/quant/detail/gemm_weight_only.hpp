@@ -8,7 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "frugal/config.hpp"
+#include "frugal/namespace.hpp"
 #include "frugal/quant/detail/cpu.hpp"
 #include "frugal/quant/types.hpp"
 

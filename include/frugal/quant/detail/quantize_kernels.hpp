@@ -12,7 +12,7 @@
 #include <string>
 #include <utility>
 
-#include "frugal/config.hpp"
+#include "frugal/namespace.hpp"
 #include "frugal/quant/detail/checked.hpp"
 #include "frugal/quant/detail/cpu.hpp"
 #include "frugal/quant/scheme.hpp"

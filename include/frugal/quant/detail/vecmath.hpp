@@ -3,7 +3,7 @@
 #include <cmath>
 #include <cstddef>
 
-#include "frugal/config.hpp"
+#include "frugal/namespace.hpp"
 #include "frugal/quant/activation.hpp"
 #include "frugal/quant/detail/cpu.hpp"
 #include "frugal/quant/detail/gelu.hpp"

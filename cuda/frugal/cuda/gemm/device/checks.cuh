@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <string>
 
-#include "frugal/config.hpp"
+#include "frugal/namespace.hpp"
 #include "frugal/cuda/gemm/arguments.cuh"
 #include "frugal/cuda/gemm/kernel/epilogue.cuh"
 #include "frugal/cuda/status.cuh"

@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "frugal/config.hpp"
+#include "frugal/namespace.hpp"
 #include "frugal/cuda/status.cuh"
 
 FRUGAL_BEGIN_NAMESPACE

@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-#include "frugal/config.hpp"
+#include "frugal/namespace.hpp"
 #include "frugal/cuda/gemm/arguments.cuh"
 #include "frugal/quant/detail/gelu.hpp"
 

@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "frugal/config.hpp"
+#include "frugal/namespace.hpp"
 #include "frugal/cuda/gemm/kernel/epilogue.cuh"
 #include "frugal/cuda/gemm/kernel/mma_sm80.cuh"
 

@@ -12,7 +12,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "frugal/config.hpp"
+#include "frugal/namespace.hpp"
 #include "frugal/cuda/gemm/kernel/gemm_tn_sm80.cuh"
 
 FRUGAL_BEGIN_NAMESPACE

@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "frugal/config.hpp"
+#include "frugal/namespace.hpp"
 #include "frugal/cuda/gemm/arguments.cuh"
 
 FRUGAL_BEGIN_NAMESPACE
