@@ -41,9 +41,9 @@
 #include <Eigen/Core>
 #include <nlohmann/json.hpp>
 
-#include <frugal/quant.hpp>
 #include <frugal/model/safetensors.hpp>
 #include <frugal/model/wordpiece.hpp>
+#include <frugal/quant.hpp>
 
 #include "linear_device.hpp"
 

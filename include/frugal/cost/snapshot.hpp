@@ -11,9 +11,9 @@
 #include <string_view>
 #include <vector>
 
-#include "frugal/namespace.hpp"
 #include "frugal/cost/histogram.hpp"
 #include "frugal/cost/money.hpp"
+#include "frugal/namespace.hpp"
 
 FRUGAL_BEGIN_NAMESPACE
 namespace cost {

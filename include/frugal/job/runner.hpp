@@ -38,11 +38,11 @@
 #include <vector>
 
 #include "frugal/batcher.hpp"
-#include "frugal/namespace.hpp"
 #include "frugal/job/checkpoint.hpp"
-#include "frugal/job/error.hpp"
 #include "frugal/job/detail/process.hpp"
+#include "frugal/job/error.hpp"
 #include "frugal/job/io.hpp"
+#include "frugal/namespace.hpp"
 
 FRUGAL_BEGIN_NAMESPACE
 namespace job {

@@ -11,6 +11,8 @@
 #include "frugal/quant/detail/cpu.hpp"
 #include "frugal/quant/types.hpp"
 
+#include "frugal/detail/macro_scope.hpp"
+
 FRUGAL_QUANT_SIMD_BEGIN
 FRUGAL_BEGIN_NAMESPACE
 namespace quant {
@@ -274,3 +276,5 @@ FRUGAL_END_NAMESPACE
 FRUGAL_QUANT_SIMD_END
 
 #undef FRUGAL_QUANT_DISPATCH_FLOAT
+
+#include "frugal/detail/macro_unscope.hpp"

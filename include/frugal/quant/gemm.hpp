@@ -15,8 +15,8 @@
 #include "frugal/namespace.hpp"
 #include "frugal/quant/convert.hpp"
 #include "frugal/quant/detail/cpu.hpp"
-#include "frugal/quant/detail/gemm_int4.hpp"
 #include "frugal/quant/detail/gemm_driver.hpp"
+#include "frugal/quant/detail/gemm_int4.hpp"
 #include "frugal/quant/detail/gemm_int8.hpp"
 #include "frugal/quant/detail/gemm_weight_only.hpp"
 #include "frugal/quant/detail/vecmath.hpp"
@@ -25,6 +25,8 @@
 #include "frugal/quant/parallel.hpp"
 #include "frugal/quant/quantize.hpp"
 #include "frugal/quant/types.hpp"
+
+#include "frugal/detail/macro_scope.hpp"
 
 FRUGAL_QUANT_SIMD_BEGIN
 FRUGAL_BEGIN_NAMESPACE
@@ -425,3 +427,5 @@ inline row_matrix reference_gemm(const Eigen::Ref<const row_matrix>& x, const Ei
 }  // namespace quant
 FRUGAL_END_NAMESPACE
 FRUGAL_QUANT_SIMD_END
+
+#include "frugal/detail/macro_unscope.hpp"

@@ -19,6 +19,8 @@
 #include "frugal/quant/scheme.hpp"
 #include "frugal/quant/types.hpp"
 
+#include "frugal/detail/macro_scope.hpp"
+
 FRUGAL_QUANT_SIMD_BEGIN
 FRUGAL_BEGIN_NAMESPACE
 namespace quant {
@@ -393,3 +395,5 @@ inline void fake_quantize(std::span<const float> data, std::size_t rows, std::si
 }  // namespace quant
 FRUGAL_END_NAMESPACE
 FRUGAL_QUANT_SIMD_END
+
+#include "frugal/detail/macro_unscope.hpp"

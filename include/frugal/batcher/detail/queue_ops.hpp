@@ -245,7 +245,6 @@ struct batcher_ops {
     for (auto& d : dropped) detail::deliver(d.done, result<Result>(detail::batch_error_ptr(d.code)));
     dropped.clear();
   }
-
 };
 
 }  // namespace detail

@@ -23,6 +23,8 @@
 #include "frugal/quant/parallel.hpp"
 #include "frugal/quant/types.hpp"
 
+#include "frugal/detail/macro_scope.hpp"
+
 FRUGAL_QUANT_SIMD_BEGIN
 FRUGAL_BEGIN_NAMESPACE
 namespace quant::detail {
@@ -408,3 +410,5 @@ inline void finish_weight_only(float_level lv, float* out, std::size_t m, std::s
 }  // namespace quant::detail
 FRUGAL_END_NAMESPACE
 FRUGAL_QUANT_SIMD_END
+
+#include "frugal/detail/macro_unscope.hpp"

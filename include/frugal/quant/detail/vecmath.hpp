@@ -8,6 +8,8 @@
 #include "frugal/quant/detail/cpu.hpp"
 #include "frugal/quant/detail/gelu.hpp"
 
+#include "frugal/detail/macro_scope.hpp"
+
 FRUGAL_QUANT_SIMD_BEGIN
 FRUGAL_BEGIN_NAMESPACE
 namespace quant {
@@ -153,3 +155,5 @@ inline void activate_span(float_level lv, float* x, std::size_t n, activation_ki
 }  // namespace quant
 FRUGAL_END_NAMESPACE
 FRUGAL_QUANT_SIMD_END
+
+#include "frugal/detail/macro_unscope.hpp"

@@ -24,10 +24,10 @@
 #include <thread>
 #include <vector>
 
-#include "frugal/namespace.hpp"
 #include "frugal/cost/histogram.hpp"
-#include "frugal/redis/options.hpp"
+#include "frugal/namespace.hpp"
 #include "frugal/redis/client.hpp"
+#include "frugal/redis/options.hpp"
 
 FRUGAL_BEGIN_NAMESPACE
 namespace detail {
