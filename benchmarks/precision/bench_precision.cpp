@@ -19,6 +19,14 @@
 
 #include "frugal/quant.hpp"
 
+// The fused fp16/bf16 kernel below is AVX-512 code compiled with a target attribute, as frugal's own.
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+#  define BENCH_X86 1
+#  include <immintrin.h>
+#else
+#  define BENCH_X86 0
+#endif
+
 namespace {
 
 namespace fq = frugal::quant;
@@ -149,7 +157,7 @@ problem& problem_for(std::size_t n, std::size_t k) {
 // two: for M <= 16 a fused AVX-512 loop that widens each 16-weight vector in registers (decode is
 // bandwidth-bound, so the weights are read once, as 16-bit); above that, the weights are widened with
 // the toolkit's bulk conversion one 1 MiB panel at a time (it stays in L2) and Eigen multiplies the panel.
-#if FRUGAL_QUANT_X86
+#if BENCH_X86
 template <bool bf16, int mr>
 __attribute__((target("avx512f,avx512bw,avx512dq,fma,f16c"))) void half_block_avx512(
     const float* x, std::size_t k, const std::uint16_t* const* w, float* sums) {
@@ -216,7 +224,7 @@ void gemm_half(const Half* x, std::size_t m, const Half* w, std::size_t n, std::
                std::vector<float>& xbuf, std::vector<float>& wbuf) {
   xbuf.resize(m * k);
   fq::convert(std::span<const Half>(x, m * k), std::span<float>(xbuf));
-#if FRUGAL_QUANT_X86
+#if BENCH_X86
   if (m <= 16 && fq::host_cpu_features().avx512) {
     return gemm_half_fused<std::is_same_v<Half, fq::bfloat16>>(
         xbuf.data(), m, reinterpret_cast<const std::uint16_t*>(w), n, k, out);

@@ -41,9 +41,9 @@
 #include <Eigen/Core>
 #include <nlohmann/json.hpp>
 
+#include <frugal/model/safetensors.hpp>
+#include <frugal/model/wordpiece.hpp>
 #include <frugal/quant.hpp>
-#include <frugal/safetensors.hpp>
-#include <frugal/wordpiece.hpp>
 
 #include "linear_device.hpp"
 

@@ -4,7 +4,7 @@
 #include <chrono>
 #include <memory>
 
-#include "frugal/config.hpp"
+#include "frugal/namespace.hpp"
 
 FRUGAL_BEGIN_NAMESPACE
 

@@ -12,10 +12,10 @@
 #include "frugal/cost/nvml.hpp"
 #include "frugal/frugal.hpp"
 #include "frugal/job.hpp"
-#include "frugal/safetensors.hpp"
+#include "frugal/model/safetensors.hpp"
 #include "frugal/version.hpp"
 #if __has_include(<utf8proc.h>)
-#  include "frugal/wordpiece.hpp"
+#  include "frugal/model/wordpiece.hpp"
 #endif
 #if __has_include(<hiredis/hiredis.h>)
 #  include "frugal/redis.hpp"

@@ -4,7 +4,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <frugal/safetensors.hpp>
+#include <frugal/model/safetensors.hpp>
 #include <fstream>
 #include <string>
 #include <vector>

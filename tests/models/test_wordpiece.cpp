@@ -1,7 +1,7 @@
 #include <doctest/doctest.h>
 
 #include <filesystem>
-#include <frugal/wordpiece.hpp>
+#include <frugal/model/wordpiece.hpp>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>

@@ -12,12 +12,12 @@
 #include <cstdint>
 #include <string>
 
-#include "frugal/config.hpp"
 #include "frugal/cuda/gemm/arguments.cuh"
 #include "frugal/cuda/gemm/device/checks.cuh"
 #include "frugal/cuda/gemm/kernel/epilogue.cuh"
 #include "frugal/cuda/memory.cuh"
 #include "frugal/cuda/status.cuh"
+#include "frugal/namespace.hpp"
 
 FRUGAL_BEGIN_NAMESPACE
 namespace cuda {

@@ -12,9 +12,9 @@
 #include <tuple>
 #include <type_traits>
 
-#include "frugal/config.hpp"
 #include "frugal/cuda/cublaslt.cuh"
 #include "frugal/cuda/gemm/device/gemm.cuh"
+#include "frugal/namespace.hpp"
 
 FRUGAL_BEGIN_NAMESPACE
 namespace cuda {

@@ -8,8 +8,8 @@
 #include <string>
 #include <utility>
 
-#include "frugal/config.hpp"
 #include "frugal/cuda/status.cuh"
+#include "frugal/namespace.hpp"
 
 FRUGAL_BEGIN_NAMESPACE
 namespace cuda {

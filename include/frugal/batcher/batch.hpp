@@ -17,7 +17,7 @@
 #include "frugal/batcher/errors.hpp"
 #include "frugal/batcher/options.hpp"
 #include "frugal/batcher/policy.hpp"
-#include "frugal/config.hpp"
+#include "frugal/namespace.hpp"
 
 FRUGAL_BEGIN_NAMESPACE
 

@@ -20,12 +20,13 @@
 
 #include "frugal/batcher/batch.hpp"
 #include "frugal/batcher/detail/core.hpp"
+#include "frugal/batcher/detail/queue_ops.hpp"
 #include "frugal/batcher/errors.hpp"
 #include "frugal/batcher/light_future.hpp"
 #include "frugal/batcher/options.hpp"
 #include "frugal/batcher/policy.hpp"
 #include "frugal/clock.hpp"
-#include "frugal/config.hpp"
+#include "frugal/namespace.hpp"
 
 FRUGAL_BEGIN_NAMESPACE
 
@@ -66,16 +67,15 @@ class batcher {
   using node = typename core::node;
   using buffers = typename core::buffers;
 
-  struct dropped_request {
-    callback done;
-    batch_errc code;
-  };
-  using dropped_list = std::vector<dropped_request>;
+  using ops = detail::batcher_ops<Request, Result, Policy, Clock>;
+  using dropped_list = typename ops::dropped_list;
+  using due_info = typename ops::due_info;
+  using exit_guard = typename ops::exit_guard;
 
  public:
   /// @brief Validates the options (std::invalid_argument naming the field) and starts empty.
   explicit batcher(batcher_options options = {}, Clock clock = {}, Policy policy = {})
-      : core_(std::make_shared<core>(validated(std::move(options), "frugal::batcher"), std::move(clock),
+      : core_(std::make_shared<core>(ops::validated(std::move(options), "frugal::batcher"), std::move(clock),
                                      std::move(policy))) {}
   batcher(const batcher&) = delete;
   batcher& operator=(const batcher&) = delete;
@@ -101,7 +101,7 @@ class batcher {
     exit_guard out;
     std::unique_lock lk(c.m, std::defer_lock);
     detail::lock_briefly_spinning(lk);
-    check_submit(c, o);
+    ops::check_submit(c, o);
     ++c.submitted;
     std::optional<batch_errc> err;
     if (c.closed) {
@@ -110,7 +110,7 @@ class batcher {
       err = batch_errc::cancelled;
     } else if (o.deadline <= now) {
       err = batch_errc::deadline_exceeded;
-    } else if (!has_room(c, o.weight)) {
+    } else if (!ops::has_room(c, o.weight)) {
       if (c.opt.on_overflow == overflow::reject) {
         err = batch_errc::queue_full;
       } else {
@@ -121,7 +121,7 @@ class batcher {
     // Ids are taken in queue order (after any wait for room) so each level stays sorted by id for cancel().
     const request_id id = c.next_id++;
     if (err) {
-      count_failure(c, *err);
+      ops::count_failure(c, *err);
       lk.unlock();
       detail::deliver(done, result<Result>(detail::batch_error_ptr(*err)));
       return id;
@@ -133,7 +133,7 @@ class batcher {
     c.live_cost += weight;
     ++c.arrivals;
     // Until the signalled worker takes the lock, further signals would only cost system calls.
-    const bool wake = c.waiting_workers > 0 && !c.wake_pending && worker_must_wake(c, now);
+    const bool wake = c.waiting_workers > 0 && !c.wake_pending && ops::worker_must_wake(c, now);
     if (wake) c.wake_pending = true;
     lk.unlock();
     if (wake) c.work_cv.notify_one();
@@ -196,7 +196,7 @@ class batcher {
         break;
       }
       if (!done) return false;
-      notify_after_removal(c, lk);
+      ops::notify_after_removal(c, lk);
     }
     detail::deliver(done, result<Result>(detail::batch_error_ptr(batch_errc::cancelled)));
     return true;
@@ -223,18 +223,18 @@ class batcher {
     for (;;) {
       if (stop.stop_requested()) break;
       const time_point now = c.clock.now();
-      const due_info d = evaluate(c, now, dropped);
+      const due_info d = ops::evaluate(c, now, dropped);
       if (d.due) {
         std::optional<batch> b = cut(c, now, buf, dropped);
         if (b) {
-          notify_after_cut(c, lk);
-          deliver_all(dropped);
+          ops::notify_after_cut(c, lk);
+          ops::deliver_all(dropped);
           return b;
         }
       }
       if (!dropped.empty()) {
-        notify_after_removal(c, lk);
-        deliver_all(dropped);
+        ops::notify_after_removal(c, lk);
+        ops::deliver_all(dropped);
         lk.lock();
         continue;
       }
@@ -244,15 +244,15 @@ class batcher {
         // In a busy stream the queue is empty only briefly. Sleeping just until a request arriving now
         // would be due lets submit skip the wake-up for the first request of every batch.
         idle_armed = false;
-        policy_view v = view(c, now);
+        policy_view v = ops::view(c, now);
         v.queued = 1;
         v.queued_cost = 1;
         const std::chrono::nanoseconds w = c.policy.wait_for(v);
-        if (w > std::chrono::nanoseconds::zero()) until = later(now, w);
+        if (w > std::chrono::nanoseconds::zero()) until = ops::later(now, w);
       }
       ++c.waiting_workers;
       c.sleepers.push_back(until);
-      wait(c.work_cv, lk, until);
+      ops::wait(c.work_cv, lk, until);
       c.wake_pending = false;
       auto mine = std::find(c.sleepers.begin(), c.sleepers.end(), until);
       *mine = c.sleepers.back();
@@ -260,7 +260,7 @@ class batcher {
       --c.waiting_workers;
     }
     lk.unlock();
-    deliver_all(dropped);
+    ops::deliver_all(dropped);
     c.return_buffers(std::move(buf));
     return std::nullopt;
   }
@@ -274,12 +274,12 @@ class batcher {
     detail::lock_briefly_spinning(lk);
     const time_point now = c.clock.now();
     std::optional<batch> b;
-    if (evaluate(c, now, dropped).due) b = cut(c, now, buf, dropped);
+    if (ops::evaluate(c, now, dropped).due) b = cut(c, now, buf, dropped);
     if (b)
-      notify_after_cut(c, lk);
+      ops::notify_after_cut(c, lk);
     else
-      notify_after_removal(c, lk);
-    deliver_all(dropped);
+      ops::notify_after_removal(c, lk);
+    ops::deliver_all(dropped);
     c.return_buffers(std::move(buf));
     return b;
   }
@@ -291,11 +291,11 @@ class batcher {
     dropped_list dropped;
     std::unique_lock lk(c.m);
     const time_point now = c.clock.now();
-    const due_info d = evaluate(c, now, dropped);
+    const due_info d = ops::evaluate(c, now, dropped);
     std::optional<time_point> r;
     if (c.live != 0) r = d.due ? now : d.when;
-    notify_after_removal(c, lk);
-    deliver_all(dropped);
+    ops::notify_after_removal(c, lk);
+    ops::deliver_all(dropped);
     return r;
   }
 
@@ -310,16 +310,16 @@ class batcher {
       for (std::size_t i = 0; i < level.size(); ++i) {
         node& x = level[i];
         if (x.dead) continue;
-        const std::optional<batch_errc> why = ineligible(x, now);
+        const std::optional<batch_errc> why = ops::ineligible(x, now);
         if (!why) continue;
         x.dead = true;
-        drop(c, x, *why, dropped);
+        ops::drop(c, x, *why, dropped);
       }
       while (!level.empty() && level.front().dead) level.pop_front();
     }
     const std::size_t n = dropped.size();
-    notify_after_removal(c, lk);
-    deliver_all(dropped);
+    ops::notify_after_removal(c, lk);
+    ops::deliver_all(dropped);
     return n;
   }
 
@@ -336,7 +336,7 @@ class batcher {
         for (auto& level : c.levels) {
           while (!level.empty()) {
             node& x = level.front();
-            if (!x.dead) drop(c, x, batch_errc::closed, dropped);
+            if (!x.dead) ops::drop(c, x, batch_errc::closed, dropped);
             level.pop_front();
           }
         }
@@ -344,7 +344,7 @@ class batcher {
     }
     c.work_cv.notify_all();
     c.space_cv.notify_all();
-    deliver_all(dropped);
+    ops::deliver_all(dropped);
   }
 
   /// @brief True once close() (or the destructor) has run.
@@ -355,7 +355,7 @@ class batcher {
 
   /// @brief Replaces the settings; they apply from the next batch. priority_levels cannot change.
   void set_options(batcher_options options) {
-    batcher_options o = validated(std::move(options), "frugal::batcher::set_options");
+    batcher_options o = ops::validated(std::move(options), "frugal::batcher::set_options");
     core& c = *core_;
     {
       std::lock_guard lk(c.m);
@@ -441,117 +441,9 @@ class batcher {
   }
 
  private:
-  struct due_info {
-    bool due;
-    time_point when;
-  };
-
-  static constexpr bool real_time_clock =
-      std::is_same_v<Clock, std::chrono::steady_clock> || std::is_same_v<Clock, std::chrono::system_clock>;
-
-  static batcher_options validated(batcher_options o, const char* who) {
-    auto bad = [who](const std::string& what) {
-      throw std::invalid_argument(std::string(who) + ": " + what);
-    };
-    if (o.max_batch == 0) bad("options.max_batch must be > 0");
-    if (o.window < std::chrono::nanoseconds::zero()) bad("options.window must be >= 0");
-    if (o.block_timeout < std::chrono::nanoseconds::zero()) bad("options.block_timeout must be >= 0");
-    if (o.priority_levels == 0 || o.priority_levels > detail::max_priority_levels)
-      bad("options.priority_levels must be in [1, " + std::to_string(detail::max_priority_levels) + "]");
-    std::sort(o.allowed_sizes.begin(), o.allowed_sizes.end());
-    o.allowed_sizes.erase(std::unique(o.allowed_sizes.begin(), o.allowed_sizes.end()), o.allowed_sizes.end());
-    if (!o.allowed_sizes.empty() && o.allowed_sizes.front() == 0)
-      bad("options.allowed_sizes must not hold 0");
-    if (!o.allowed_sizes.empty() && o.allowed_sizes.front() > o.max_batch)
-      bad("options.allowed_sizes holds no size <= options.max_batch");
-    if (o.max_queued_cost != 0 && o.max_batch_cost != 0 && o.max_queued_cost < o.max_batch_cost)
-      bad("options.max_queued_cost must be >= options.max_batch_cost, or a full batch could never queue");
-    return o;
-  }
-
-  static void check_submit(const core& c, const submit_options& o) {
-    if (o.priority >= c.opt.priority_levels)
-      throw std::invalid_argument("frugal::batcher::submit: options.priority (" + std::to_string(o.priority) +
-                                  ") must be < options.priority_levels (" +
-                                  std::to_string(c.opt.priority_levels) + ")");
-    if (c.opt.max_batch_cost != 0 && o.weight > c.opt.max_batch_cost)
-      throw std::invalid_argument("frugal::batcher::submit: options.weight (" + std::to_string(o.weight) +
-                                  ") exceeds options.max_batch_cost (" +
-                                  std::to_string(c.opt.max_batch_cost) + ")");
-    if (c.opt.max_queued_cost != 0 && o.weight > c.opt.max_queued_cost)
-      throw std::invalid_argument("frugal::batcher::submit: options.weight (" + std::to_string(o.weight) +
-                                  ") exceeds options.max_queued_cost (" +
-                                  std::to_string(c.opt.max_queued_cost) + ")");
-  }
-
-  // The queued cost must fit std::uint64_t even without max_queued_cost: a request whose weight would
-  // wrap it has no room (queue_full, or a wait). Every batch's cost, a sum of queued weights, fits too.
-  static bool has_room(const core& c, std::uint64_t weight) {
-    if (weight > std::numeric_limits<std::uint64_t>::max() - c.live_cost) return false;
-    return (c.opt.max_queued == 0 || c.live < c.opt.max_queued) &&
-           (c.opt.max_queued_cost == 0 || c.live_cost + weight <= c.opt.max_queued_cost);
-  }
-
-  static void count_failure(core& c, batch_errc e) {
-    switch (e) {
-      case batch_errc::deadline_exceeded:
-        ++c.f_deadline;
-        break;
-      case batch_errc::cancelled:
-        ++c.f_cancelled;
-        break;
-      case batch_errc::queue_full:
-        ++c.f_queue_full;
-        break;
-      case batch_errc::closed:
-        ++c.f_closed;
-        break;
-      case batch_errc::timeout:
-        ++c.f_timeout;
-        break;
-      default:
-        break;
-    }
-  }
-
-  static time_point later(time_point now, std::chrono::nanoseconds d) {
-    const auto room = std::chrono::duration_cast<std::chrono::nanoseconds>(time_point::max() - now);
-    if (d >= room) return time_point::max();
-    return now + std::chrono::duration_cast<duration>(d);
-  }
-
-  // Counts a thread into a blocking call (enter, under c.m) and out of it at the end of its scope,
-  // after every other use of the core: declared before the call's lock, so it runs after it is released.
-  struct exit_guard {
-    core* c = nullptr;
-    void enter(core& to) noexcept {
-      ++to.inside;
-      c = &to;
-    }
-    exit_guard() = default;
-    exit_guard(const exit_guard&) = delete;
-    exit_guard& operator=(const exit_guard&) = delete;
-    ~exit_guard() {
-      if (c == nullptr) return;
-      std::lock_guard g(c->m);
-      --c->inside;
-      if (c->closed && c->inside == 0) c->left_cv.notify_all();
-    }
-  };
-
-  static void wait(std::condition_variable& cv, std::unique_lock<std::mutex>& lk, time_point until) {
-    if (until == time_point::max()) {
-      cv.wait(lk);
-    } else if constexpr (real_time_clock) {
-      cv.wait_until(lk, until);
-    } else {
-      cv.wait_for(lk, detail::manual_clock_poll);
-    }
-  }
-
   std::optional<batch_errc> wait_for_room(core& c, std::unique_lock<std::mutex>& lk, const submit_options& o,
                                           time_point start) {
-    const time_point until = later(start, c.opt.block_timeout);
+    const time_point until = ops::later(start, c.opt.block_timeout);
     ++c.blocked_producers;
     std::optional<batch_errc> err;
     for (;;) {
@@ -559,7 +451,7 @@ class batcher {
         err = batch_errc::closed;
         break;
       }
-      if (has_room(c, o.weight)) break;
+      if (ops::has_room(c, o.weight)) break;
       if (o.stop.stop_requested()) {
         err = batch_errc::cancelled;
         break;
@@ -568,84 +460,10 @@ class batcher {
         err = batch_errc::timeout;
         break;
       }
-      wait(c.space_cv, lk, until);
+      ops::wait(c.space_cv, lk, until);
     }
     --c.blocked_producers;
     return err;
-  }
-
-  static std::optional<batch_errc> ineligible(const node& x, time_point now) {
-    if (x.deadline <= now) return batch_errc::deadline_exceeded;
-    if (x.stop.stop_requested()) return batch_errc::cancelled;
-    return std::nullopt;
-  }
-
-  static void drop(core& c, node& x, batch_errc why, dropped_list& dropped) {
-    --c.live;
-    c.live_cost -= x.weight;
-    count_failure(c, why);
-    dropped.push_back(dropped_request{std::move(x.done), why});
-  }
-
-  static void purge_fronts(core& c, time_point now, dropped_list& dropped) {
-    for (auto& level : c.levels) {
-      while (!level.empty()) {
-        node& x = level.front();
-        if (!x.dead) {
-          const std::optional<batch_errc> why = ineligible(x, now);
-          if (!why) break;
-          drop(c, x, *why, dropped);
-        }
-        level.pop_front();
-      }
-    }
-  }
-
-  static policy_view view(core& c, time_point now) {
-    time_point oldest = time_point::max();
-    for (auto& level : c.levels)
-      if (!level.empty() && level.front().arrival < oldest) oldest = level.front().arrival;
-    policy_view v;
-    v.now = std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch());
-    v.oldest_wait = oldest == time_point::max()
-                        ? std::chrono::nanoseconds::zero()
-                        : std::chrono::duration_cast<std::chrono::nanoseconds>(now - oldest);
-    v.queued = c.live;
-    v.queued_cost = c.live_cost;
-    v.max_batch = c.cap;
-    v.max_batch_cost = c.opt.max_batch_cost;
-    v.window = c.opt.window;
-    v.in_flight_batches = c.in_flight_batches.load(std::memory_order_relaxed);
-    v.arrivals = c.arrivals;
-    return v;
-  }
-
-  static bool full(const core& c) {
-    return c.live >= c.cap || (c.opt.max_batch_cost != 0 && c.live_cost >= c.opt.max_batch_cost);
-  }
-
-  // After an arrival: does a waiting worker need waking, or will one wake by itself in time?
-  static bool worker_must_wake(core& c, time_point now) {
-    if (full(c)) return true;
-    const std::chrono::nanoseconds w = c.policy.wait_for(view(c, now));
-    if (w <= std::chrono::nanoseconds::zero()) return true;
-    const time_point due = later(now, w);
-    for (const time_point t : c.sleepers)
-      if (t <= due) return false;
-    return true;
-  }
-
-  static due_info evaluate(core& c, time_point now, dropped_list& dropped) {
-    purge_fronts(c, now, dropped);
-    if (c.live == 0) return {false, time_point::max()};
-    if (c.closed || full(c)) return {true, now};
-    const std::chrono::nanoseconds w = c.policy.wait_for(view(c, now));
-    if (w <= std::chrono::nanoseconds::zero()) return {true, now};
-    time_point when = later(now, w);
-    // Wake for an expiring head as well, so it fails close to its deadline.
-    for (auto& level : c.levels)
-      if (!level.empty() && level.front().deadline < when) when = level.front().deadline;
-    return {false, when};
   }
 
   std::optional<batch> cut(core& c, time_point now, std::unique_ptr<buffers>& buf, dropped_list& dropped) {
@@ -655,7 +473,7 @@ class batcher {
     time_point shed_before = now;
     if constexpr (predicting_policy<Policy>) {
       const std::chrono::nanoseconds h = c.policy.expected_run_time(std::min(c.live, cap));
-      if (h > std::chrono::nanoseconds::zero()) shed_before = later(now, h);
+      if (h > std::chrono::nanoseconds::zero()) shed_before = ops::later(now, h);
     }
     std::size_t n = 0;
     std::uint64_t cost = 0;
@@ -664,7 +482,7 @@ class batcher {
       auto& level = c.levels[l];
       for (std::size_t i = 0; i < level.size(); ++i) {
         const node& x = level[i];
-        if (x.dead || ineligible(x, shed_before)) continue;
+        if (x.dead || ops::ineligible(x, shed_before)) continue;
         // A request over max_batch_cost (possible after set_options lowered it) still goes, alone.
         if (n == cap || (max_cost != 0 && n != 0 && cost + x.weight > max_cost)) {
           stop = true;
@@ -675,7 +493,7 @@ class batcher {
       }
     }
     if (n == 0) {
-      purge_fronts(c, shed_before, dropped);  // nothing is eligible, so this empties the queue
+      ops::purge_fronts(c, shed_before, dropped);  // nothing is eligible, so this empties the queue
       return std::nullopt;
     }
     std::size_t take = n, bucket = n;
@@ -695,8 +513,8 @@ class batcher {
       while (b.requests.size() < take && !level.empty()) {
         node& x = level.front();
         if (!x.dead) {
-          if (const std::optional<batch_errc> why = ineligible(x, shed_before)) {
-            drop(c, x, *why, dropped);
+          if (const std::optional<batch_errc> why = ops::ineligible(x, shed_before)) {
+            ops::drop(c, x, *why, dropped);
           } else {
             b.requests.push_back(std::move(x.request));
             b.done.push_back(std::move(x.done));
@@ -710,7 +528,7 @@ class batcher {
         level.pop_front();
       }
     }
-    purge_fronts(c, now, dropped);
+    ops::purge_fronts(c, now, dropped);
     const std::size_t size = b.requests.size();
     if (c.sizes.size() <= size) c.sizes.resize(size + 1);
     ++c.sizes[size];
@@ -722,26 +540,6 @@ class batcher {
   }
 
   // Another worker may find the rest due; a blocked producer may find room. Unlocks lk.
-  static void notify_after_cut(core& c, std::unique_lock<std::mutex>& lk) {
-    const bool worker = c.waiting_workers > 0 && c.live > 0 && !c.wake_pending;
-    if (worker) c.wake_pending = true;
-    const bool producer = c.blocked_producers > 0;
-    lk.unlock();
-    if (worker) c.work_cv.notify_one();
-    if (producer) c.space_cv.notify_all();
-  }
-
-  static void notify_after_removal(core& c, std::unique_lock<std::mutex>& lk) {
-    const bool producer = c.blocked_producers > 0;
-    lk.unlock();
-    if (producer) c.space_cv.notify_all();
-  }
-
-  static void deliver_all(dropped_list& dropped) noexcept {
-    for (auto& d : dropped) detail::deliver(d.done, result<Result>(detail::batch_error_ptr(d.code)));
-    dropped.clear();
-  }
-
   std::shared_ptr<core> core_;
 };
 

@@ -7,7 +7,7 @@
 #include <utility>
 #include <variant>
 
-#include "frugal/config.hpp"
+#include "frugal/namespace.hpp"
 
 FRUGAL_BEGIN_NAMESPACE
 

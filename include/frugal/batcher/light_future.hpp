@@ -22,7 +22,7 @@
 #endif
 
 #include "frugal/batcher/errors.hpp"
-#include "frugal/config.hpp"
+#include "frugal/namespace.hpp"
 
 FRUGAL_BEGIN_NAMESPACE
 

@@ -9,7 +9,7 @@
 #include <limits>
 #include <stdexcept>
 
-#include "frugal/config.hpp"
+#include "frugal/namespace.hpp"
 
 FRUGAL_BEGIN_NAMESPACE
 

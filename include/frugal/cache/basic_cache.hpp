@@ -28,7 +28,7 @@
 #include "frugal/cache/key.hpp"
 #include "frugal/cache/tinylfu.hpp"
 #include "frugal/cache/weigher.hpp"
-#include "frugal/config.hpp"
+#include "frugal/namespace.hpp"
 
 FRUGAL_BEGIN_NAMESPACE
 

@@ -2,7 +2,7 @@
 /// @file
 /// @brief Why an entry left a basic_cache; its own header so that the shards (detail/shard.hpp), which
 /// count evictions by cause, and the public class share it.
-#include "frugal/config.hpp"
+#include "frugal/namespace.hpp"
 
 FRUGAL_BEGIN_NAMESPACE
 

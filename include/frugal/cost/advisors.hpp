@@ -10,10 +10,10 @@
 #include <string_view>
 #include <vector>
 
-#include "frugal/config.hpp"
 #include "frugal/cost/catalog.hpp"
 #include "frugal/cost/money.hpp"
 #include "frugal/cost/snapshot.hpp"
+#include "frugal/namespace.hpp"
 
 FRUGAL_BEGIN_NAMESPACE
 namespace cost {

@@ -4,8 +4,8 @@
 #include <string>
 #include <vector>
 
-#include "frugal/config.hpp"
 #include "frugal/cost/money.hpp"
+#include "frugal/namespace.hpp"
 
 FRUGAL_BEGIN_NAMESPACE
 namespace cost {

@@ -12,8 +12,8 @@
 #include <utility>
 #include <vector>
 
-#include "frugal/config.hpp"
 #include "frugal/cost/snapshot.hpp"
+#include "frugal/namespace.hpp"
 
 FRUGAL_BEGIN_NAMESPACE
 namespace cost {

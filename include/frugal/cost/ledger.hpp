@@ -13,10 +13,10 @@
 #include <utility>
 #include <vector>
 
-#include "frugal/config.hpp"
 #include "frugal/cost/histogram.hpp"
 #include "frugal/cost/money.hpp"
 #include "frugal/cost/snapshot.hpp"
+#include "frugal/namespace.hpp"
 
 FRUGAL_BEGIN_NAMESPACE
 namespace cost {

@@ -9,7 +9,7 @@
 #include <string>
 #include <string_view>
 
-#include "frugal/config.hpp"
+#include "frugal/namespace.hpp"
 
 FRUGAL_BEGIN_NAMESPACE
 namespace cost {

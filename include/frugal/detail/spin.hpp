@@ -8,7 +8,7 @@
 /// machine gets its CPU back instead of losing it to the spinner.
 #include <thread>
 
-#include "frugal/config.hpp"
+#include "frugal/namespace.hpp"
 
 FRUGAL_BEGIN_NAMESPACE
 

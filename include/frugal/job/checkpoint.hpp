@@ -24,9 +24,9 @@
 #include <string>
 #include <thread>
 
-#include "frugal/config.hpp"
 #include "frugal/job/error.hpp"
 #include "frugal/job/io.hpp"
+#include "frugal/namespace.hpp"
 
 FRUGAL_BEGIN_NAMESPACE
 namespace job {

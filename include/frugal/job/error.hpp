@@ -4,7 +4,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "frugal/config.hpp"
+#include "frugal/namespace.hpp"
 
 FRUGAL_BEGIN_NAMESPACE
 namespace job {

@@ -10,9 +10,9 @@
 #include <stdexcept>
 #include <string>
 
-#include "frugal/config.hpp"
 #include "frugal/cost/advisors.hpp"
 #include "frugal/cost/money.hpp"
+#include "frugal/namespace.hpp"
 
 FRUGAL_BEGIN_NAMESPACE
 namespace job {

@@ -13,8 +13,8 @@
 #include <string_view>
 #include <utility>
 
-#include "frugal/config.hpp"
 #include "frugal/job/error.hpp"
+#include "frugal/namespace.hpp"
 
 FRUGAL_BEGIN_NAMESPACE
 namespace job {

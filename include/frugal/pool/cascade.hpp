@@ -11,9 +11,9 @@
 #include <utility>
 #include <vector>
 
-#include "frugal/config.hpp"
 #include "frugal/cost/ledger.hpp"
 #include "frugal/cost/money.hpp"
+#include "frugal/namespace.hpp"
 #include "frugal/pool/errors.hpp"
 
 FRUGAL_BEGIN_NAMESPACE

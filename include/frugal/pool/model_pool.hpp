@@ -17,7 +17,7 @@
 #include <utility>
 #include <vector>
 
-#include "frugal/config.hpp"
+#include "frugal/namespace.hpp"
 #include "frugal/pool/detail/core.hpp"
 #include "frugal/pool/errors.hpp"
 #include "frugal/pool/options.hpp"

@@ -10,9 +10,9 @@
 #include <type_traits>
 #include <vector>
 
-#include "frugal/config.hpp"
 #include "frugal/cost/histogram.hpp"
 #include "frugal/cost/ledger.hpp"
+#include "frugal/namespace.hpp"
 
 FRUGAL_BEGIN_NAMESPACE
 

@@ -1,7 +1,7 @@
 #pragma once
 
 // Free of Eigen and of the standard library so that device code (cuda/frugal/cuda) uses the same type.
-#include "frugal/config.hpp"
+#include "frugal/namespace.hpp"
 
 FRUGAL_BEGIN_NAMESPACE
 namespace quant {

@@ -10,7 +10,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "frugal/config.hpp"
+#include "frugal/namespace.hpp"
 
 FRUGAL_BEGIN_NAMESPACE
 namespace quant {

@@ -21,7 +21,7 @@
 #include <utility>
 #include <vector>
 
-#include "frugal/config.hpp"
+#include "frugal/namespace.hpp"
 #include "frugal/quant/detail/eigen.hpp"
 #include "frugal/quant/quantize.hpp"
 #include "frugal/quant/scheme.hpp"

@@ -7,9 +7,11 @@
 #include <stdexcept>
 #include <string>
 
-#include "frugal/config.hpp"
+#include "frugal/namespace.hpp"
 #include "frugal/quant/detail/cpu.hpp"
 #include "frugal/quant/types.hpp"
+
+#include "frugal/detail/macro_scope.hpp"
 
 FRUGAL_QUANT_SIMD_BEGIN
 FRUGAL_BEGIN_NAMESPACE
@@ -274,3 +276,5 @@ FRUGAL_END_NAMESPACE
 FRUGAL_QUANT_SIMD_END
 
 #undef FRUGAL_QUANT_DISPATCH_FLOAT
+
+#include "frugal/detail/macro_unscope.hpp"

@@ -2,7 +2,7 @@
 
 // The CPU's features and the SIMD paths the kernels can take. Free of Eigen and of intrinsics, so that
 // detail/cpu.hpp (read before Eigen, see detail/eigen.hpp) can include it.
-#include "frugal/config.hpp"
+#include "frugal/namespace.hpp"
 
 FRUGAL_BEGIN_NAMESPACE
 namespace quant {

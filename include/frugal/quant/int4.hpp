@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "frugal/config.hpp"
+#include "frugal/namespace.hpp"
 #include "frugal/quant/convert.hpp"
 #include "frugal/quant/quantize.hpp"
 #include "frugal/quant/scheme.hpp"

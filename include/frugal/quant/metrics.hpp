@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "frugal/config.hpp"
+#include "frugal/namespace.hpp"
 #include "frugal/quant/detail/eigen.hpp"
 
 FRUGAL_BEGIN_NAMESPACE

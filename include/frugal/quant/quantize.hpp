@@ -13,11 +13,13 @@
 #include <utility>
 #include <vector>
 
-#include "frugal/config.hpp"
+#include "frugal/namespace.hpp"
 #include "frugal/quant/detail/cpu.hpp"
 #include "frugal/quant/detail/quantize_kernels.hpp"
 #include "frugal/quant/scheme.hpp"
 #include "frugal/quant/types.hpp"
+
+#include "frugal/detail/macro_scope.hpp"
 
 FRUGAL_QUANT_SIMD_BEGIN
 FRUGAL_BEGIN_NAMESPACE
@@ -393,3 +395,5 @@ inline void fake_quantize(std::span<const float> data, std::size_t rows, std::si
 }  // namespace quant
 FRUGAL_END_NAMESPACE
 FRUGAL_QUANT_SIMD_END
+
+#include "frugal/detail/macro_unscope.hpp"

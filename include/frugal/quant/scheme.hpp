@@ -5,7 +5,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "frugal/config.hpp"
+#include "frugal/namespace.hpp"
 #include "frugal/quant/detail/checked.hpp"
 #include "frugal/quant/types.hpp"
 

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include "frugal/quant/detail/eigen.hpp"
 
-#include "frugal/config.hpp"
+#include "frugal/namespace.hpp"
 #include "frugal/quant/activation.hpp"
 #include "frugal/quant/cpu.hpp"
 

@@ -11,7 +11,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "frugal/config.hpp"
+#include "frugal/namespace.hpp"
 
 FRUGAL_BEGIN_NAMESPACE
 

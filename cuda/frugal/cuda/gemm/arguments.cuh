@@ -7,7 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "frugal/config.hpp"
+#include "frugal/namespace.hpp"
 #include "frugal/quant/activation.hpp"
 
 FRUGAL_BEGIN_NAMESPACE

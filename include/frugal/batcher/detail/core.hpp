@@ -18,9 +18,9 @@
 #include "frugal/batcher/detail/ring.hpp"
 #include "frugal/batcher/errors.hpp"
 #include "frugal/batcher/options.hpp"
-#include "frugal/config.hpp"
 #include "frugal/cost/histogram.hpp"
 #include "frugal/detail/spin.hpp"
+#include "frugal/namespace.hpp"
 
 FRUGAL_BEGIN_NAMESPACE
 

@@ -6,7 +6,7 @@
 #include <type_traits>
 #include <utility>
 
-#include "frugal/config.hpp"
+#include "frugal/namespace.hpp"
 
 FRUGAL_BEGIN_NAMESPACE
 namespace detail {

@@ -5,7 +5,7 @@
 #include <new>
 #include <utility>
 
-#include "frugal/config.hpp"
+#include "frugal/namespace.hpp"
 
 FRUGAL_BEGIN_NAMESPACE
 namespace detail {

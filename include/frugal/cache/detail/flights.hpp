@@ -9,7 +9,7 @@
 #include <string>
 #include <unordered_map>
 
-#include "frugal/config.hpp"
+#include "frugal/namespace.hpp"
 
 FRUGAL_BEGIN_NAMESPACE
 

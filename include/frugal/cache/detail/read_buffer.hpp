@@ -43,21 +43,10 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "frugal/config.hpp"
 #include "frugal/detail/spin.hpp"
+#include "frugal/namespace.hpp"
 
-// Whether ThreadSanitizer instruments this build (GCC defines __SANITIZE_THREAD__, Clang has the
-// feature test); it does not model std::atomic_thread_fence.
-#if defined(__SANITIZE_THREAD__)
-#  define FRUGAL_CACHE_TSAN 1
-#elif defined(__has_feature)
-#  if __has_feature(thread_sanitizer)
-#    define FRUGAL_CACHE_TSAN 1
-#  endif
-#endif
-#ifndef FRUGAL_CACHE_TSAN
-#  define FRUGAL_CACHE_TSAN 0
-#endif
+#include "frugal/detail/macro_scope.hpp"
 
 FRUGAL_BEGIN_NAMESPACE
 
@@ -308,3 +297,5 @@ struct read_buffers {
 }  // namespace detail
 
 FRUGAL_END_NAMESPACE
+
+#include "frugal/detail/macro_unscope.hpp"

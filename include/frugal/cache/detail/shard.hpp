@@ -20,7 +20,7 @@
 #include "frugal/cache/eviction.hpp"
 #include "frugal/cache/key.hpp"
 #include "frugal/cache/tinylfu.hpp"
-#include "frugal/config.hpp"
+#include "frugal/namespace.hpp"
 
 FRUGAL_BEGIN_NAMESPACE
 

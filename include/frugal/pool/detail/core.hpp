@@ -21,9 +21,9 @@
 #include <utility>
 #include <vector>
 
-#include "frugal/config.hpp"
 #include "frugal/cost/histogram.hpp"
 #include "frugal/detail/spin.hpp"
+#include "frugal/namespace.hpp"
 #include "frugal/pool/detail/gate.hpp"
 #include "frugal/pool/errors.hpp"
 #include "frugal/pool/options.hpp"

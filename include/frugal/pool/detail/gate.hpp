@@ -9,7 +9,7 @@
 #include <ctime>
 #include <type_traits>
 
-#include "frugal/config.hpp"
+#include "frugal/namespace.hpp"
 
 FRUGAL_BEGIN_NAMESPACE
 namespace detail {

@@ -8,7 +8,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "frugal/config.hpp"
+#include "frugal/namespace.hpp"
 
 FRUGAL_BEGIN_NAMESPACE
 namespace quant {

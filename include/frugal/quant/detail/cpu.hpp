@@ -8,13 +8,11 @@
 #include <string>
 #include <string_view>
 
-#include "frugal/config.hpp"
+#include "frugal/namespace.hpp"
 #include "frugal/quant/cpu.hpp"
 
-// SIMD paths are compiled per function with target attributes, so one binary built without -march
-// runs on any x86-64 and picks its path at run time. Other architectures get the portable path only.
+// The intrinsics, for the SIMD paths that frugal/detail/macro_scope.hpp enables on the same condition.
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
-#  define FRUGAL_QUANT_X86 1
 #  include <cpuid.h>
 // GCC 12 warns that the `undefined` vectors inside its own AVX-512 intrinsics are uninitialized
 // (GCC bug 105593); the pragmas silence that false positive, here and around the SIMD code.
@@ -24,38 +22,16 @@
 #    pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #    include <immintrin.h>
 #    pragma GCC diagnostic pop
-#    define FRUGAL_QUANT_SIMD_BEGIN                                                        \
-      _Pragma("GCC diagnostic push") _Pragma("GCC diagnostic ignored \"-Wuninitialized\"") \
-          _Pragma("GCC diagnostic ignored \"-Wmaybe-uninitialized\"")
-#    define FRUGAL_QUANT_SIMD_END _Pragma("GCC diagnostic pop")
 #  else
 #    include <immintrin.h>
 #  endif
-#  define FRUGAL_QUANT_TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
-#  define FRUGAL_QUANT_TARGET_AVXVNNI __attribute__((target("avx2,fma,f16c,avxvnni")))
-#  define FRUGAL_QUANT_TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c")))
-#  define FRUGAL_QUANT_TARGET_AVX512VNNI \
-    __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c")))
-#  define FRUGAL_QUANT_TARGET_AMX \
-    __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,amx-tile,amx-int8,fma,f16c")))
 #  if defined(__linux__)
 #    include <sys/syscall.h>
 #    include <unistd.h>
 #  endif
-#else
-#  define FRUGAL_QUANT_X86 0
 #endif
-// Full unrolling keeps the micro-kernels' accumulator arrays in registers; nvcc does not know the pragma.
-#if defined(__CUDACC__) || !(defined(__GNUC__) || defined(__clang__))
-#  define FRUGAL_QUANT_UNROLL(n)
-#else
-#  define FRUGAL_QUANT_PRAGMA(x) _Pragma(#  x)
-#  define FRUGAL_QUANT_UNROLL(n) FRUGAL_QUANT_PRAGMA(GCC unroll n)
-#endif
-#ifndef FRUGAL_QUANT_SIMD_BEGIN
-#  define FRUGAL_QUANT_SIMD_BEGIN
-#  define FRUGAL_QUANT_SIMD_END
-#endif
+
+#include "frugal/detail/macro_scope.hpp"
 
 FRUGAL_BEGIN_NAMESPACE
 namespace quant {
@@ -208,3 +184,5 @@ inline float_level resolve_float_level(simd_path p, const char* who) {
 
 }  // namespace quant
 FRUGAL_END_NAMESPACE
+
+#include "frugal/detail/macro_unscope.hpp"

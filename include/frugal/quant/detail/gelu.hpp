@@ -7,7 +7,7 @@
 /// - the exact form (BERT-family checkpoints): 0.5 x (1 + erf(x gelu_erf_scale)).
 ///
 /// Plain constexpr floats, so that device code may use them as well as host code.
-#include "frugal/config.hpp"
+#include "frugal/namespace.hpp"
 
 FRUGAL_BEGIN_NAMESPACE
 

@@ -21,9 +21,11 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "frugal/config.hpp"
+#include "frugal/namespace.hpp"
 #include "frugal/quant/detail/cpu.hpp"
 #include "frugal/quant/types.hpp"
+
+#include "frugal/detail/macro_scope.hpp"
 
 FRUGAL_QUANT_SIMD_BEGIN
 FRUGAL_BEGIN_NAMESPACE
@@ -231,3 +233,5 @@ inline void w4_columns(bool avx512, const int4_operands& o, std::size_t m0, std:
 }  // namespace quant
 FRUGAL_END_NAMESPACE
 FRUGAL_QUANT_SIMD_END
+
+#include "frugal/detail/macro_unscope.hpp"

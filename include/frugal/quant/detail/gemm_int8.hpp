@@ -23,9 +23,11 @@
 #include <type_traits>
 #include <vector>
 
-#include "frugal/config.hpp"
+#include "frugal/namespace.hpp"
 #include "frugal/quant/aligned.hpp"
 #include "frugal/quant/detail/cpu.hpp"
+
+#include "frugal/detail/macro_scope.hpp"
 
 FRUGAL_QUANT_SIMD_BEGIN
 FRUGAL_BEGIN_NAMESPACE
@@ -512,3 +514,5 @@ inline void gemm_s8_avx2(const std::int16_t* a, std::size_t m, std::size_t k4, c
 }  // namespace quant
 FRUGAL_END_NAMESPACE
 FRUGAL_QUANT_SIMD_END
+
+#include "frugal/detail/macro_unscope.hpp"

@@ -8,9 +8,11 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "frugal/config.hpp"
+#include "frugal/namespace.hpp"
 #include "frugal/quant/detail/cpu.hpp"
 #include "frugal/quant/types.hpp"
+
+#include "frugal/detail/macro_scope.hpp"
 
 FRUGAL_QUANT_SIMD_BEGIN
 FRUGAL_BEGIN_NAMESPACE
@@ -118,3 +120,5 @@ FRUGAL_QUANT_TARGET_AVX2 inline void wo8_block_avx2(const float* x, std::size_t 
 }  // namespace quant
 FRUGAL_END_NAMESPACE
 FRUGAL_QUANT_SIMD_END
+
+#include "frugal/detail/macro_unscope.hpp"

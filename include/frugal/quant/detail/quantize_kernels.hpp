@@ -12,10 +12,12 @@
 #include <string>
 #include <utility>
 
-#include "frugal/config.hpp"
+#include "frugal/namespace.hpp"
 #include "frugal/quant/detail/checked.hpp"
 #include "frugal/quant/detail/cpu.hpp"
 #include "frugal/quant/scheme.hpp"
+
+#include "frugal/detail/macro_scope.hpp"
 
 FRUGAL_QUANT_SIMD_BEGIN
 FRUGAL_BEGIN_NAMESPACE
@@ -884,3 +886,5 @@ void for_each_run(const scheme& s, std::size_t rows, std::size_t cols, F&& f) {
 }  // namespace quant
 FRUGAL_END_NAMESPACE
 FRUGAL_QUANT_SIMD_END
+
+#include "frugal/detail/macro_unscope.hpp"

@@ -3,10 +3,12 @@
 #include <cmath>
 #include <cstddef>
 
-#include "frugal/config.hpp"
+#include "frugal/namespace.hpp"
 #include "frugal/quant/activation.hpp"
 #include "frugal/quant/detail/cpu.hpp"
 #include "frugal/quant/detail/gelu.hpp"
+
+#include "frugal/detail/macro_scope.hpp"
 
 FRUGAL_QUANT_SIMD_BEGIN
 FRUGAL_BEGIN_NAMESPACE
@@ -153,3 +155,5 @@ inline void activate_span(float_level lv, float* x, std::size_t n, activation_ki
 }  // namespace quant
 FRUGAL_END_NAMESPACE
 FRUGAL_QUANT_SIMD_END
+
+#include "frugal/detail/macro_unscope.hpp"

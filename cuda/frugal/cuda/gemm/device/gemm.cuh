@@ -17,7 +17,6 @@
 #include <mutex>
 #include <string>
 
-#include "frugal/config.hpp"
 #include "frugal/cuda/gemm/arguments.cuh"
 #include "frugal/cuda/gemm/device/checks.cuh"
 #include "frugal/cuda/gemm/device/prepared.cuh"
@@ -26,6 +25,7 @@
 #include "frugal/cuda/gemm/kernel/quantize_rows.cuh"
 #include "frugal/cuda/gemm/kernel/weight_only_sm80.cuh"
 #include "frugal/cuda/status.cuh"
+#include "frugal/namespace.hpp"
 
 FRUGAL_BEGIN_NAMESPACE
 namespace cuda {

@@ -8,8 +8,8 @@
 #include <utility>
 #include <vector>
 
-#include "frugal/config.hpp"
 #include "frugal/cuda/status.cuh"
+#include "frugal/namespace.hpp"
 
 FRUGAL_BEGIN_NAMESPACE
 namespace cuda::detail {

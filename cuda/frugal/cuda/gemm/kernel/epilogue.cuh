@@ -5,8 +5,8 @@
 
 #include <cstdint>
 
-#include "frugal/config.hpp"
 #include "frugal/cuda/gemm/arguments.cuh"
+#include "frugal/namespace.hpp"
 #include "frugal/quant/detail/gelu.hpp"
 
 FRUGAL_BEGIN_NAMESPACE

@@ -12,8 +12,8 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "frugal/config.hpp"
 #include "frugal/cuda/gemm/kernel/gemm_tn_sm80.cuh"
+#include "frugal/namespace.hpp"
 
 FRUGAL_BEGIN_NAMESPACE
 namespace cuda::kernel {

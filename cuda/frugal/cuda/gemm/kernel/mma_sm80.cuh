@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "frugal/config.hpp"
+#include "frugal/namespace.hpp"
 
 FRUGAL_BEGIN_NAMESPACE
 namespace cuda::kernel::sm80 {

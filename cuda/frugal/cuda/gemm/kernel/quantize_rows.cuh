@@ -9,8 +9,8 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "frugal/config.hpp"
 #include "frugal/cuda/gemm/arguments.cuh"
+#include "frugal/namespace.hpp"
 
 FRUGAL_BEGIN_NAMESPACE
 namespace cuda::kernel {

@@ -13,9 +13,9 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "frugal/config.hpp"
 #include "frugal/cuda/gemm/kernel/epilogue.cuh"
 #include "frugal/cuda/gemm/kernel/mma_sm80.cuh"
+#include "frugal/namespace.hpp"
 
 FRUGAL_BEGIN_NAMESPACE
 namespace cuda::kernel {

@@ -19,7 +19,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "frugal/config.hpp"
+#include "frugal/namespace.hpp"
 
 FRUGAL_BEGIN_NAMESPACE
 namespace wordpiece {

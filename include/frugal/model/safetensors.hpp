@@ -23,7 +23,7 @@
 #include <utility>
 #include <vector>
 
-#include "frugal/config.hpp"
+#include "frugal/namespace.hpp"
 #include "frugal/quant/types.hpp"
 
 FRUGAL_BEGIN_NAMESPACE
