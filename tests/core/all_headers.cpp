@@ -14,7 +14,10 @@
 #include "frugal/job.hpp"
 #include "frugal/model/safetensors.hpp"
 #include "frugal/version.hpp"
+#include "frugal/model/gguf.hpp"
 #if __has_include(<utf8proc.h>)
+#  include "frugal/model/bpe.hpp"
+#  include "frugal/model/chat_template.hpp"
 #  include "frugal/model/wordpiece.hpp"
 #endif
 #if __has_include(<hiredis/hiredis.h>)

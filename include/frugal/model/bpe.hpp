@@ -22,7 +22,7 @@
 #include <utility>
 #include <vector>
 
-#include "frugal/config.hpp"
+#include "frugal/namespace.hpp"
 #include "frugal/model/detail/bpe_text.hpp"
 #include "frugal/model/gguf.hpp"
 

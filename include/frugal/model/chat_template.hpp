@@ -17,7 +17,7 @@
 #include <string_view>
 #include <vector>
 
-#include "frugal/config.hpp"
+#include "frugal/namespace.hpp"
 #include "frugal/model/gguf.hpp"
 
 FRUGAL_BEGIN_NAMESPACE

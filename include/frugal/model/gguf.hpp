@@ -21,7 +21,7 @@
 #include <variant>
 #include <vector>
 
-#include "frugal/config.hpp"
+#include "frugal/namespace.hpp"
 #include "frugal/model/detail/gguf_blocks.hpp"
 #include "frugal/model/detail/mapped_file.hpp"
 

@@ -12,7 +12,7 @@
 #include <string_view>
 #include <vector>
 
-#include "frugal/config.hpp"
+#include "frugal/namespace.hpp"
 
 FRUGAL_BEGIN_NAMESPACE
 namespace bpe::detail {

@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "frugal/config.hpp"
+#include "frugal/namespace.hpp"
 #include "frugal/quant/types.hpp"
 
 FRUGAL_BEGIN_NAMESPACE

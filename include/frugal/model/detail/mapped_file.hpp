@@ -12,7 +12,7 @@
 #include <string>
 #include <utility>
 
-#include "frugal/config.hpp"
+#include "frugal/namespace.hpp"
 
 FRUGAL_BEGIN_NAMESPACE
 namespace model::detail {
