@@ -7,4 +7,5 @@
 #include "frugal/config.hpp"
 #include "frugal/cost.hpp"
 #include "frugal/pool.hpp"
+#include "frugal/prometheus.hpp"
 #include "frugal/quant.hpp"
