@@ -43,5 +43,6 @@ TEST_CASE("cache: an LRU's and a W-TinyLFU's stats export as Prometheus text in 
   CHECK(prom_lines(t, "# TYPE frugal_result_cache_entries gauge") == 1);
   FRUGAL_CHECK_PROMTOOL(t);
   // Two instances with the same labels would be one series written twice: refused, not garbled.
-  CHECK_THROWS_AS(frugal::append_prometheus(w, lru.stats(), {.labels = {{"cache", "a"}}}), std::invalid_argument);
+  CHECK_THROWS_AS(frugal::append_prometheus(w, lru.stats(), {.labels = {{"cache", "a"}}}),
+                  std::invalid_argument);
 }

@@ -9,11 +9,11 @@
 #include <thread>
 #include <vector>
 
+#include "../support/prometheus.hpp"
 #include "frugal/clock.hpp"
 #include "frugal/cost/export.hpp"
 #include "frugal/cost/ledger.hpp"
 #include "frugal/cost/money.hpp"
-#include "../support/prometheus.hpp"
 #include "frugal/pool.hpp"
 
 namespace {

@@ -19,8 +19,8 @@ TEST_CASE("redis_tier: stats export as Prometheus text, the LRU in front under i
   tier b(tier::options_type{.redis = ro});
   const frugal::key128 k{1, 77};
   CHECK(a.put(k, {1.f, 2.f}));
-  CHECK(b.get(k));                     // from Redis
-  CHECK(b.get(k));                     // from b's LRU
+  CHECK(b.get(k));                            // from Redis
+  CHECK(b.get(k));                            // from b's LRU
   CHECK_FALSE(b.get(frugal::key128{2, 77}));  // a miss
 
   frugal::prometheus_writer w;

@@ -372,9 +372,9 @@ TEST_CASE("semantic_cache: stats export as Prometheus text, the hits' similarity
   const vec v = random_unit(rng, 64);
   const auto key = frugal::hash_key("exact");
   REQUIRE(c.put(v, key, 1));
-  CHECK(c.get(random_unit(rng, 64), key));   // exact
-  CHECK(c.get(at_cosine(v, 0.81f, rng)));    // semantic, in [0.8, 0.825)
-  CHECK(c.get(at_cosine(v, 0.96f, rng)));    // semantic, in [0.95, 0.975)
+  CHECK(c.get(random_unit(rng, 64), key));  // exact
+  CHECK(c.get(at_cosine(v, 0.81f, rng)));   // semantic, in [0.8, 0.825)
+  CHECK(c.get(at_cosine(v, 0.96f, rng)));   // semantic, in [0.95, 0.975)
   CHECK_FALSE(c.get(at_cosine(v, 0.3f, rng)));
 
   frugal::prometheus_writer w;
