@@ -1,5 +1,6 @@
 #include <doctest/doctest.h>
 
+#include <chrono>
 #include <string>
 #include <vector>
 
@@ -14,7 +15,12 @@ using frugal_test::prom_value;
 TEST_CASE("redis_tier: stats export as Prometheus text, the LRU in front under its own prefix") {
   using tier = frugal::redis_tier<std::vector<float>>;
   frugal_test::redis_server srv;
-  const frugal::redis_options ro{.port = srv.port(), .model = "export-model", .version = "1"};
+  // Timeouts far above the defaults' 5 ms: the values checked here must not depend on the machine's load.
+  const frugal::redis_options ro{.port = srv.port(),
+                                 .model = "export-model",
+                                 .version = "1",
+                                 .connect_timeout = std::chrono::seconds(2),
+                                 .command_timeout = std::chrono::seconds(2)};
   tier a(tier::options_type{.redis = ro});
   tier b(tier::options_type{.redis = ro});
   const frugal::key128 k{1, 77};
