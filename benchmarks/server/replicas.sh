@@ -24,7 +24,13 @@ lines = sorted(lines)
 random.Random(7).shuffle(lines)
 open(sys.argv[1], "w").write("\n".join(lines[:2048]) + "\n")
 PY
-metric() { curl -s "http://127.0.0.1:$1/metrics" | awk -v k="$2" '$1 == k {print $2}'; }
+# A series' value; a name without labels sums its series (the batchers' are per model).
+metric() {
+  curl -s "http://127.0.0.1:$1/metrics" | awk -v k="$2" '
+    { n = $1; if (index(k, "{") == 0) sub(/\{.*/, "", n) }
+    n == k { s += $2; f = 1 }
+    END { if (f) print s }'
+}
 start_server() {  # port, extra flags...
   local port=$1; shift
   "$bin" --model "$model" --port "$port" --precision int8 --cache-entries 1024 --http-threads 64 "$@" > "$work/s$port.out" 2>&1 &

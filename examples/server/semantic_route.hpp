@@ -198,20 +198,10 @@ class semantic_route {
   }
 
   std::string metrics() {
-    std::string out = frugal::cost::to_prometheus(ledger_.snapshot());
-    const auto s = cache_.stats();
-    out +=
-        "# HELP frugal_semantic_cache_lookups_total Semantic cache lookups, by result.\n"
-        "# TYPE frugal_semantic_cache_lookups_total counter\n";
-    for (const auto& [result, n] : {std::pair{"exact", s.exact_hits}, std::pair{"semantic", s.semantic_hits},
-                                    std::pair{"miss", s.misses}})
-      out += "frugal_semantic_cache_lookups_total{result=\"" + std::string(result) + "\"} " +
-             std::to_string(n) + "\n";
-    out +=
-        "# HELP frugal_semantic_cache_entries Entries in the semantic cache.\n"
-        "# TYPE frugal_semantic_cache_entries gauge\nfrugal_semantic_cache_entries " +
-        std::to_string(s.entries) + "\n";
-    return out;
+    frugal::prometheus_writer w;
+    frugal::cost::append_prometheus(w, ledger_.snapshot());
+    frugal::append_prometheus(w, cache_.stats());
+    return w.str();
   }
 
   semantic_route_options opt_;

@@ -4,7 +4,7 @@
 // parts the way the README's loop is: result cache -> batcher -> the worker's model call -> ledger.
 //
 //   POST /v1/embeddings   {"model": "...", "input": "text" | ["text", ...], "user": "feature"}
-//   GET  /metrics         the ledger's Prometheus text, the batcher's and cache's stats, the process's own
+//   GET  /metrics         the library's exporters (ledger, batchers, pool, caches) and the process's own
 //   GET  /healthz         alive;   GET /readyz   every pinned model is loaded and warm
 //   GET  /v1/models       the served models, each with its state in the pool
 //
@@ -637,122 +637,50 @@ class app {
     }
   }
 
+  // The library's exporters composed into one text: the ledger, each model's batcher (label model), the
+  // pool, the shared tier and the result cache, then the process's own figures.
   std::string metrics() {
+    using type = frugal::prometheus_type;
     const auto snap = ledger_.snapshot();
-    std::string out = frugal::cost::to_prometheus(snap);
-    char line[256];
-    const auto add = [&](const char* name, const char* type, const char* help, double v) {
-      std::snprintf(line, sizeof line, "# HELP %s %s\n# TYPE %s %s\n%s %.17g\n", name, help, name, type, name,
-                    v);
-      out += line;
-    };
-    // The batchers' figures summed over the models (one batcher each).
-    std::uint64_t submitted = 0, completed = 0, batches = 0, depth = 0;
-    for (const auto& r : routes_) {
-      const auto b = r->batcher->stats();
-      submitted += b.submitted;
-      completed += b.completed;
-      batches += b.batches;
-      depth += b.queue_depth;
-    }
-    add("frugal_batcher_submitted_total", "counter", "Inputs submitted to the batchers.",
-        static_cast<double>(submitted));
-    add("frugal_batcher_completed_total", "counter", "Inputs the models answered.",
-        static_cast<double>(completed));
-    add("frugal_batcher_batches_total", "counter", "Model calls.", static_cast<double>(batches));
-    add("frugal_batcher_queue_depth", "gauge", "Inputs waiting for a model.", static_cast<double>(depth));
-    add("frugal_batcher_queue_limit", "gauge", "The queues' limit (max_queued per model).",
-        static_cast<double>(opt_.max_queued * routes_.size()));
-    add("frugal_batcher_mean_batch_size", "gauge", "Mean inputs per model call.",
-        batches ? static_cast<double>(completed) / static_cast<double>(batches) : 0.0);
-    pool_metrics(out);
+    frugal::prometheus_writer w;
+    frugal::cost::append_prometheus(w, snap);
+    for (const auto& r : routes_)
+      frugal::append_prometheus(w, r->batcher->stats(), {.labels = {{"model", r->name}}});
+    w.family("frugal_batcher_queue_limit", type::gauge, "The batcher's queue limit (max_queued).");
+    for (const auto& r : routes_)
+      w.sample("frugal_batcher_queue_limit", {{"model", r->name}}, r->batcher->options().max_queued);
+    frugal::append_prometheus(w, pool_->stats());
 #if FRUGAL_SERVER_WITH_REDIS
-    if (tier_) {
-      const auto t = tier_->stats();
-      add("frugal_redis_hits_total", "counter", "Lookups the shared tier answered from Redis.",
-          static_cast<double>(t.redis_hits));
-      add("frugal_redis_local_hits_total", "counter", "Lookups the shared tier's LRU answered.",
-          static_cast<double>(t.local_hits));
-      add("frugal_redis_misses_total", "counter", "Lookups neither tier answered.",
-          static_cast<double>(t.misses));
-      add("frugal_redis_fallbacks_total", "counter",
-          "Lookups that could not ask Redis (a fault, the breaker open).", static_cast<double>(t.fallbacks));
-      add("frugal_redis_round_trips_total", "counter", "Redis round trips.",
-          static_cast<double>(t.redis.round_trips));
-      add("frugal_redis_breaker_open", "gauge", "1 while the circuit breaker skips Redis.",
-          t.redis.breaker == frugal::breaker_state::closed ? 0 : 1);
-    }
+    if (tier_) frugal::append_prometheus(w, tier_->stats());
 #endif
-    if (cache_) {
-      const auto c = cache_->stats();
-      add("frugal_result_cache_hits_total", "counter", "Result cache hits.", static_cast<double>(c.hits));
-      add("frugal_result_cache_misses_total", "counter", "Result cache misses.",
-          static_cast<double>(c.misses));
-      add("frugal_result_cache_entries", "gauge", "Entries in the result cache.",
-          static_cast<double>(c.entries));
-    }
-    add("frugal_process_cpu_seconds_total", "counter", "CPU time of the server process.",
+    if (cache_) frugal::append_prometheus(w, cache_->stats());
+    const auto add = [&](const char* name, type t, const char* help, double v) {
+      w.family(name, t, help);
+      w.sample(name, {}, v);
+    };
+    add("frugal_process_cpu_seconds_total", type::counter, "CPU time of the server process.",
         process_cpu_seconds());
-    add("frugal_process_cpu_utilization", "gauge", "CPU seconds per second over the last sample (1 s).",
+    add("frugal_process_cpu_utilization", type::gauge, "CPU seconds per second over the last sample (1 s).",
         cpu_utilization_.load());
     if (gpu_sampled_.load())
-      add("frugal_device_utilization", "gauge", "GPU 0's utilisation over NVML's last sample period (0..1).",
-          gpu_utilization_.load());
-    add("frugal_process_resident_bytes", "gauge", "Resident set size of the server process.",
+      add("frugal_device_utilization", type::gauge,
+          "GPU 0's utilisation over NVML's last sample period (0..1).", gpu_utilization_.load());
+    add("frugal_process_resident_bytes", type::gauge, "Resident set size of the server process.",
         static_cast<double>(resident_bytes()));
-    add("frugal_process_memory_ratio", "gauge", "Resident set over physical memory.",
+    add("frugal_process_memory_ratio", type::gauge, "Resident set over physical memory.",
         static_cast<double>(resident_bytes()) / static_cast<double>(physical_bytes()));
     // The replica advisor under the HPA rule (min 0, max 6, target 70%), for an HPA or KEDA to consume.
     const auto replicas = frugal::cost::advise_replicas(
         snap, {.target_utilization = 0.70, .min_replicas = 0, .max_replicas = 6});
-    add("frugal_replicas_desired", "gauge",
+    add("frugal_replicas_desired", type::gauge,
         "Replicas the HPA rule asks for at the measured utilization (min 0, max 6, target 70%).",
         static_cast<double>(replicas.desired));
-    add("frugal_model_ready", "gauge", "1 when every pinned model is loaded and warm.", serving() ? 1 : 0);
-    return out;
+    add("frugal_model_ready", type::gauge, "1 when every pinned model is loaded and warm.",
+        serving() ? 1 : 0);
+    return w.str();
   }
 
   bool serving() const { return ready_ && !draining_ && pool_->ready(); }
-
-  // The pool's figures, per model (names are checked to be label-safe in models_config.hpp).
-  void pool_metrics(std::string& out) const {
-    const frugal::pool_stats ps = pool_->stats();
-    const auto family = [&](const char* name, const char* type, const char* help) {
-      out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
-    };
-    const auto sample = [&](const char* name, const std::string& model, double v) {
-      char num[64];
-      std::snprintf(num, sizeof num, "%.17g", v);
-      out += std::string(name) + "{model=\"" + model + "\"} " + num + "\n";
-    };
-    const auto per_model = [&](const char* name, const char* type, const char* help, auto field) {
-      family(name, type, help);
-      for (const frugal::model_status& m : ps.models) sample(name, m.name, field(m));
-    };
-    per_model(
-        "frugal_pool_model_ready", "gauge", "1 when the model is loaded and warm.",
-        [](const frugal::model_status& m) { return m.state == frugal::model_state::ready ? 1.0 : 0.0; });
-    per_model("frugal_pool_model_bytes", "gauge", "Bytes the model takes in the pool's budget now.",
-              [](const frugal::model_status& m) { return static_cast<double>(m.bytes); });
-    per_model("frugal_pool_loads_total", "counter", "Good loads of the model (cold starts and reloads).",
-              [](const frugal::model_status& m) { return static_cast<double>(m.loads); });
-    per_model("frugal_pool_unloads_total", "counter", "Unloads of the model (evicted, idle, or at the end).",
-              [](const frugal::model_status& m) { return static_cast<double>(m.unloads); });
-    per_model("frugal_pool_idle_unloads_total", "counter", "Unloads after idle_unload_s without requests.",
-              [](const frugal::model_status& m) { return static_cast<double>(m.idle_unloads); });
-    per_model("frugal_pool_evictions_total", "counter", "Unloads to make room for another model.",
-              [](const frugal::model_status& m) { return static_cast<double>(m.evictions); });
-    per_model("frugal_pool_load_seconds_total", "counter", "Time spent loading and warming up the model.",
-              [](const frugal::model_status& m) {
-                return std::chrono::duration<double>(m.load_time_total).count();
-              });
-    out +=
-        "# HELP frugal_pool_used_bytes Bytes the loaded models take.\n# TYPE frugal_pool_used_bytes gauge\n";
-    out += "frugal_pool_used_bytes " + std::to_string(ps.used_bytes) + "\n";
-    out +=
-        "# HELP frugal_pool_budget_bytes The pool's memory budget.\n# TYPE frugal_pool_budget_bytes gauge\n";
-    out += "frugal_pool_budget_bytes " + std::to_string(ps.budget_bytes) + "\n";
-  }
 
   // GET /v1/models: every model of the config, with its state in the pool.
   json models_json() const {

@@ -8,6 +8,7 @@
 #include "frugal/cost.hpp"
 #include "frugal/namespace.hpp"
 #include "frugal/pool.hpp"
+#include "frugal/prometheus.hpp"
 #include "frugal/quant.hpp"
 #include "frugal/version.hpp"
 

@@ -2,7 +2,8 @@
 // check_warnings.cmake with -Wall -Wextra -Wpedantic -Werror at -O2 and -O3 on GCC and clang: a user who
 // includes frugal into a -Werror build must not stop on a warning of ours (issue 19, class 10). GCC's
 // middle-end warnings (-Wrestrict, -Wstringop-overflow) only fire on code that is instantiated and
-// inlined, hence the calls below (the cache, the ledger and its exports, the batcher, an int8 GEMM).
+// inlined, hence the calls below (the cache, the ledger and its exports, the batcher, the Prometheus
+// exporters, an int8 GEMM).
 #include <chrono>
 #include <cstdio>
 #include <future>
@@ -51,13 +52,17 @@ int main() {
   frugal::batcher<int, int> batcher{{.window = 1ms, .max_batch = 8}};
   std::future<int> f = batcher.submit(21);
   if (auto b = batcher.next_batch()) b->fulfill(std::vector<int>(b->requests().begin(), b->requests().end()));
+  frugal::prometheus_writer metrics;
+  fc::append_prometheus(metrics, s, {.labels = {{"replica", "a"}}});
+  frugal::append_prometheus(metrics, batcher.stats(), {.labels = {{"model", "m"}}});
+  frugal::append_prometheus(metrics, cache.stats());
   namespace q = frugal::quant;
   const q::row_matrix w = q::row_matrix::Random(16, 64), x = q::row_matrix::Random(4, 64);
   q::row_matrix y;
   q::gemm_w8a8(q::quantize_rows(x), q::quantize_weights_per_channel(w), y, {});
   std::string why;
   const bool nvml = fc::nvml::open("libnvidia-ml.so.1", &why).has_value();
-  std::printf("%zu %d %d %g %d\n", out.size(), hit ? 1 : 0, f.get(), static_cast<double>(y(0, 0)),
-              nvml ? 1 : 0);
+  std::printf("%zu %zu %d %d %g %d\n", out.size(), metrics.str().size(), hit ? 1 : 0, f.get(),
+              static_cast<double>(y(0, 0)), nvml ? 1 : 0);
   return 0;
 }

@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "../support/prometheus.hpp"
 #include "frugal/clock.hpp"
 #include "frugal/cost/export.hpp"
 #include "frugal/cost/ledger.hpp"
@@ -253,4 +254,19 @@ TEST_CASE("cascade: escalations that cost more than they save show as a negative
   CHECK(snap.find("small")->cascade_saved.nanos() < 0);
   o.ledger_device = 1;
   CHECK(invalid(f, o).find("ledger_device 1 is not a device of the ledger (it has 1)") != std::string::npos);
+}
+
+TEST_CASE("cascade: stats export as Prometheus text, per tier by model") {
+  fixture f;
+  cascade_t c(f.pool, two_tiers());
+  for (int x = 0; x < 10; ++x) c(x);
+  const std::string t = frugal::to_prometheus(c.stats());
+  CHECK(frugal_test::prom_value(t, "frugal_cascade_requests_total") == "10");
+  CHECK(frugal_test::prom_value(t, R"(frugal_cascade_tier_calls_total{model="small"})") == "10");
+  CHECK(frugal_test::prom_value(t, R"(frugal_cascade_tier_answers_total{model="small"})") == "5");
+  CHECK(frugal_test::prom_value(t, R"(frugal_cascade_tier_escalated_total{model="small"})") == "5");
+  CHECK(frugal_test::prom_value(t, R"(frugal_cascade_tier_calls_total{model="large"})") == "5");
+  CHECK(frugal_test::prom_value(t, R"(frugal_cascade_tier_failures_total{model="large"})") == "0");
+  CHECK(frugal_test::prom_value(t, "frugal_cascade_escalation_ratio") == "0.5");
+  FRUGAL_CHECK_PROMTOOL(t);
 }

@@ -17,6 +17,8 @@
 #include <frugal/clock.hpp>
 #include <frugal/semantic.hpp>
 
+#include "../support/prometheus.hpp"
+
 using namespace std::chrono_literals;
 
 namespace {
@@ -362,4 +364,38 @@ TEST_CASE("semantic_cache: concurrent gets and puts keep the counts and the boun
   CHECK(st.entries <= capacity);
   CHECK(st.index_slots <= capacity);
   CHECK(st.entries + st.index_deleted == st.index_slots);
+}
+
+TEST_CASE("semantic_cache: stats export as Prometheus text, the hits' similarity as a histogram") {
+  std::mt19937 rng(9);
+  cache c({.dimension = 64, .threshold = 0.7f, .max_entries = 10});
+  const vec v = random_unit(rng, 64);
+  const auto key = frugal::hash_key("exact");
+  REQUIRE(c.put(v, key, 1));
+  CHECK(c.get(random_unit(rng, 64), key));  // exact
+  CHECK(c.get(at_cosine(v, 0.81f, rng)));   // semantic, in [0.8, 0.825)
+  CHECK(c.get(at_cosine(v, 0.96f, rng)));   // semantic, in [0.95, 0.975)
+  CHECK_FALSE(c.get(at_cosine(v, 0.3f, rng)));
+
+  frugal::prometheus_writer w;
+  frugal::append_prometheus(w, c.stats(), {.labels = {{"cache", "answers"}}});
+  const std::string t = w.str();
+  using frugal_test::prom_value;
+  CHECK(prom_value(t, R"(frugal_semantic_cache_lookups_total{cache="answers",result="exact"})") == "1");
+  CHECK(prom_value(t, R"(frugal_semantic_cache_lookups_total{cache="answers",result="semantic"})") == "2");
+  CHECK(prom_value(t, R"(frugal_semantic_cache_lookups_total{cache="answers",result="miss"})") == "1");
+  CHECK(prom_value(t, R"(frugal_semantic_cache_puts_total{cache="answers"})") == "1");
+  CHECK(prom_value(t, R"(frugal_semantic_cache_entries{cache="answers"})") == "1");
+  CHECK(prom_value(t, R"(frugal_semantic_cache_namespaces{cache="answers"})") == "1");
+  CHECK(prom_value(t, R"(frugal_semantic_cache_hit_ratio{cache="answers"})") == "0.75");
+  CHECK(prom_value(t, R"(frugal_semantic_cache_similarity_bucket{cache="answers",le="0.525"})") == "0");
+  CHECK(prom_value(t, R"(frugal_semantic_cache_similarity_bucket{cache="answers",le="0.8"})") == "0");
+  CHECK(prom_value(t, R"(frugal_semantic_cache_similarity_bucket{cache="answers",le="0.825"})") == "1");
+  CHECK(prom_value(t, R"(frugal_semantic_cache_similarity_bucket{cache="answers",le="0.95"})") == "1");
+  CHECK(prom_value(t, R"(frugal_semantic_cache_similarity_bucket{cache="answers",le="0.975"})") == "2");
+  CHECK(prom_value(t, R"(frugal_semantic_cache_similarity_bucket{cache="answers",le="1"})") == "2");
+  CHECK(prom_value(t, R"(frugal_semantic_cache_similarity_bucket{cache="answers",le="+Inf"})") == "2");
+  CHECK(prom_value(t, R"(frugal_semantic_cache_similarity_count{cache="answers"})") == "2");
+  CHECK(t.find("frugal_semantic_cache_similarity_sum") == std::string::npos);
+  FRUGAL_CHECK_PROMTOOL(t);
 }

@@ -26,6 +26,7 @@
 
 #include "../support/process.hpp"
 #include "../support/requires.hpp"
+#include "../support/prometheus.hpp"
 #include "bert.hpp"
 #if FRUGAL_SERVER_HAS_REDIS
 #  include "../redis/redis_server.hpp"
@@ -147,6 +148,9 @@ std::string body(const json& input, const std::string& model = "all-MiniLM-L6-v2
   return json{{"model", model}, {"input", input}}.dump();
 }
 
+// The default model's batcher: the server exports one per model, labelled.
+const std::string submitted = R"(frugal_batcher_submitted_total{model="all-MiniLM-L6-v2"})";
+
 double metric(const std::string& text, const std::string& series) {
   const auto at = text.find("\n" + series + " ");
   return at == std::string::npos ? -1 : std::strtod(text.c_str() + at + series.size() + 2, nullptr);
@@ -205,6 +209,11 @@ TEST_CASE("server: /v1/embeddings answers in the OpenAI shape, equal to the enco
   CHECK(metric(m, "frugal_cache_hits_total{feature=\"chat\"}") == 1);
   CHECK(metric(m, "frugal_process_resident_bytes") > 50e6);
   CHECK(metric(m, "frugal_model_ready") == 1);
+  CHECK(metric(m, submitted) == 3);
+  CHECK(metric(m, R"(frugal_result_cache_hits_total)") == 1);
+  CHECK(metric(m, R"(frugal_pool_model_ready{model="all-MiniLM-L6-v2"})") == 1);
+  // The whole text, every exporter composed, is valid by Prometheus' own checker.
+  FRUGAL_CHECK_PROMTOOL(m);
   CHECK(c.Get("/v1/models")->body.find("all-MiniLM-L6-v2") != std::string::npos);
 }
 
@@ -253,7 +262,7 @@ TEST_CASE("server: with a token, requests without it get 401 and never reach the
   CHECK(c.Get("/healthz")->status == 200);
   const httplib::Headers ok{{"Authorization", "Bearer s3cret-token"}};
   const std::string m = c.Get("/metrics", ok)->body;
-  CHECK(metric(m, "frugal_batcher_submitted_total") == 0);  // the 401s reached no model
+  CHECK(metric(m, submitted) == 0);  // the 401s reached no model
   CHECK(c.Post("/v1/embeddings", ok, body("hello"), "application/json")->status == 200);
 }
 
@@ -272,8 +281,7 @@ TEST_CASE("server: SIGTERM answers every accepted request, flushes the ledger's 
     });
   // Every request is in the batcher's window before the signal.
   auto c = s.client();
-  REQUIRE(metric(wait_metric(c, "frugal_batcher_submitted_total", n, std::chrono::seconds(10)),
-                 "frugal_batcher_submitted_total") == n);
+  REQUIRE(metric(wait_metric(c, submitted, n, std::chrono::seconds(10)), submitted) == n);
   ::kill(s.proc->pid(), SIGTERM);
   for (auto& t : clients) t.join();
   CHECK(ok.load() == n);
@@ -435,9 +443,10 @@ TEST_CASE(
   CHECK(json::parse(r1->body)["data"][0]["embedding"] == json::parse(r2->body)["data"][0]["embedding"]);
   const std::string mb = cb.Get("/metrics")->body;
   CHECK(metric(mb, "frugal_redis_hits_total") == 1);
-  CHECK(metric(mb, "frugal_batcher_submitted_total") == 0);  // replica B never called its model
+  CHECK(metric(mb, submitted) == 0);  // replica B never called its model
   CHECK(metric(mb, "frugal_remote_hits_total{feature=\"default\"}") == 1);
-  CHECK(metric(ca.Get("/metrics")->body, "frugal_batcher_submitted_total") == 1);
+  FRUGAL_CHECK_PROMTOOL(mb);  // with the shared tier's families
+  CHECK(metric(ca.Get("/metrics")->body, submitted) == 1);
   // Redis dies: lookups fall back to the model after the command timeout; callers never see it.
   redis->kill();
   auto r3 = ca.Post("/v1/embeddings", body("redis is gone"), "application/json");

@@ -14,39 +14,16 @@
 
 #include "frugal/cost/snapshot.hpp"
 #include "frugal/namespace.hpp"
+#include "frugal/prometheus.hpp"
 
 FRUGAL_BEGIN_NAMESPACE
 namespace cost {
 namespace detail {
 
-// The shortest of %.15g and %.17g that reads back as the same double.
-inline std::string num(double v) {
-  char buf[40];
-  std::snprintf(buf, sizeof buf, "%.15g", v);
-  if (std::strtod(buf, nullptr) != v) std::snprintf(buf, sizeof buf, "%.17g", v);
-  return buf;
-}
+using ::frugal::detail::num;
+using ::frugal::detail::seconds;
 // JSON has no infinity or NaN: a non-finite figure is written as null rather than as an unparseable token.
 inline std::string json_num(double v) { return std::isfinite(v) ? num(v) : "null"; }
-inline std::string seconds(std::chrono::nanoseconds d) {
-  // Exact decimal seconds from integer nanoseconds, as money prints its nano-units.
-  return money::from_nanos(d.count()).to_decimal();
-}
-
-inline std::string prom_escape(std::string_view v) {
-  std::string out;
-  for (char ch : v) {
-    if (ch == '\\')
-      out += "\\\\";
-    else if (ch == '"')
-      out += "\\\"";
-    else if (ch == '\n')
-      out += "\\n";
-    else
-      out += ch;
-  }
-  return out;
-}
 
 inline std::string json_escape(std::string_view v) {
   std::string out = "\"";
@@ -66,46 +43,18 @@ inline std::string json_escape(std::string_view v) {
   return out + "\"";
 }
 
-class prom_writer {
- public:
-  using labels = std::vector<std::pair<std::string_view, std::string>>;
-  void family(std::string_view name, std::string_view type, std::string_view help) {
-    out_ += "# HELP ";
-    out_ += name;
-    out_ += ' ';
-    out_ += help;
-    out_ += "\n# TYPE ";
-    out_ += name;
-    out_ += ' ';
-    out_ += type;
-    out_ += '\n';
-  }
-  void sample(std::string_view name, const labels& ls, const std::string& value) {
-    out_ += name;
-    if (!ls.empty()) {
-      out_ += '{';
-      for (std::size_t i = 0; i < ls.size(); ++i) {
-        if (i) out_ += ',';
-        out_ += ls[i].first;
-        out_ += "=\"";
-        out_ += prom_escape(ls[i].second);
-        out_ += '"';
-      }
-      out_ += '}';
-    }
-    out_ += ' ';
-    out_ += value;
-    out_ += '\n';
-  }
-  std::string str() && { return std::move(out_); }
-
- private:
-  std::string out_;
-};
-
 // Prometheus' default buckets, in seconds, widened down to 1 ms and up to 60 s for inference latencies.
 inline constexpr double prom_buckets_s[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
                                             0.5,   1,      2.5,   5,    10,    30,   60};
+
+// A histogram of nanosecond durations as a Prometheus histogram in seconds, on prom_buckets_s.
+inline void prom_latency_histogram(::frugal::detail::prom_scope& w, std::string_view suffix,
+                                   const prometheus_labels& labels, const histogram_snapshot& h) {
+  std::vector<std::pair<double, std::uint64_t>> cumulative;
+  for (double le : prom_buckets_s)
+    cumulative.emplace_back(le, h.count_at_or_below(static_cast<std::uint64_t>(le * 1e9)));
+  ::frugal::detail::prom_histogram(w, suffix, labels, cumulative, h.count, double(h.sum) / 1e9);
+}
 
 inline std::string pad(std::string s, std::size_t w, bool left = false) {
   if (s.size() >= w) return s;
@@ -123,163 +72,156 @@ inline std::string ms(std::chrono::nanoseconds d) { return fixed(double(d.count(
 /// @brief The snapshot in Prometheus text exposition format 0.0.4: base units (seconds, the currency in the
 /// metric name as `_usd`), `_total` on counters, ratios 0..1, and a cumulative `le` histogram of request
 /// latency. A bucket counts the fine histogram's buckets that lie wholly at or below its bound, so a value
-/// within 0.1% under a bound may be counted in the next one. Labels: feature, device, outcome.
-inline std::string to_prometheus(const ledger_snapshot& s) {
+/// within 0.1% under a bound may be counted in the next one. Labels: feature, device, outcome, after the
+/// options' labels. The prefix defaults to "frugal" (frugal_requests_total, ...).
+inline void append_prometheus(prometheus_writer& out, const ledger_snapshot& s,
+                              const prometheus_options& opts = {}) {
   using detail::num;
   using detail::seconds;
-  detail::prom_writer w;
+  ::frugal::detail::prom_scope w(out, opts, "frugal");
   std::string cur(s.cur.code());
   std::transform(cur.begin(), cur.end(), cur.begin(), [](unsigned char c) { return char(std::tolower(c)); });
-  const std::string cost_total = "frugal_cost_" + cur + "_total";
-  auto feature = [](const tag_figures& t) { return detail::prom_writer::labels{{"feature", t.name}}; };
+  const std::string cost_total = "_cost_" + cur + "_total";
+  auto feature = [](const tag_figures& t) { return prometheus_labels{{"feature", t.name}}; };
   auto device = [](const device_figures& d) {
-    return detail::prom_writer::labels{{"device", d.name}, {"gpu_class", d.gpu_class}};
+    return prometheus_labels{{"device", d.name}, {"gpu_class", d.gpu_class}};
   };
 
-  w.family("frugal_requests_total", "counter", "Requests recorded, by feature and outcome.");
+  w.family("_requests_total", prometheus_type::counter, "Requests recorded, by feature and outcome.");
   for (const auto& t : s.tags)
     for (std::size_t o = 0; o < outcome_count; ++o)
-      w.sample("frugal_requests_total",
-               {{"feature", t.name}, {"outcome", std::string(to_string(outcome(o)))}},
+      w.sample("_requests_total", {{"feature", t.name}, {"outcome", std::string(to_string(outcome(o)))}},
                std::to_string(t.by_outcome[o]));
-  w.family("frugal_gpu_busy_seconds_total", "counter", "GPU-busy time of batch runs, by feature.");
-  for (const auto& t : s.tags) w.sample("frugal_gpu_busy_seconds_total", feature(t), seconds(t.busy));
-  w.family(cost_total, "counter", "Busy cost plus shared idle cost, by feature, in " + cur + ".");
+  w.family("_gpu_busy_seconds_total", prometheus_type::counter, "GPU-busy time of batch runs, by feature.");
+  for (const auto& t : s.tags) w.sample("_gpu_busy_seconds_total", feature(t), seconds(t.busy));
+  w.family(cost_total, prometheus_type::counter,
+           "Busy cost plus shared idle cost, by feature, in " + cur + ".");
   for (const auto& t : s.tags) w.sample(cost_total, feature(t), t.cost.to_decimal());
-  w.family("frugal_cost_per_request_" + cur, "gauge", "Cost per request over the window, by feature.");
+  w.family("_cost_per_request_" + cur, prometheus_type::gauge,
+           "Cost per request over the window, by feature.");
   for (const auto& t : s.tags)
-    w.sample("frugal_cost_per_request_" + cur, feature(t), t.cost_per_request.to_decimal());
-  w.family("frugal_batches_total", "counter", "Batch runs, by feature.");
-  for (const auto& t : s.tags) w.sample("frugal_batches_total", feature(t), std::to_string(t.batches));
-  w.family("frugal_batch_items_total", "counter",
+    w.sample("_cost_per_request_" + cur, feature(t), t.cost_per_request.to_decimal());
+  w.family("_batches_total", prometheus_type::counter, "Batch runs, by feature.");
+  for (const auto& t : s.tags) w.sample("_batches_total", feature(t), std::to_string(t.batches));
+  w.family("_batch_items_total", prometheus_type::counter,
            "Requests run in batches (sum of batch sizes), by feature.");
-  for (const auto& t : s.tags)
-    w.sample("frugal_batch_items_total", feature(t), std::to_string(t.batched_items));
-  w.family("frugal_batch_fill_ratio", "gauge", "Batched items over batch capacity, by feature.");
-  for (const auto& t : s.tags) w.sample("frugal_batch_fill_ratio", feature(t), num(t.fill));
-  w.family("frugal_tokens_total", "counter", "Tokens processed, by feature and direction.");
+  for (const auto& t : s.tags) w.sample("_batch_items_total", feature(t), std::to_string(t.batched_items));
+  w.family("_batch_fill_ratio", prometheus_type::gauge, "Batched items over batch capacity, by feature.");
+  for (const auto& t : s.tags) w.sample("_batch_fill_ratio", feature(t), num(t.fill));
+  w.family("_tokens_total", prometheus_type::counter, "Tokens processed, by feature and direction.");
   for (const auto& t : s.tags) {
-    w.sample("frugal_tokens_total", {{"feature", t.name}, {"direction", "in"}}, std::to_string(t.tokens_in));
-    w.sample("frugal_tokens_total", {{"feature", t.name}, {"direction", "out"}},
-             std::to_string(t.tokens_out));
+    w.sample("_tokens_total", {{"feature", t.name}, {"direction", "in"}}, std::to_string(t.tokens_in));
+    w.sample("_tokens_total", {{"feature", t.name}, {"direction", "out"}}, std::to_string(t.tokens_out));
   }
-  w.family("frugal_cache_hits_total", "counter", "Cache hits, by feature.");
-  for (const auto& t : s.tags) w.sample("frugal_cache_hits_total", feature(t), std::to_string(t.cache_hits));
-  w.family("frugal_cache_hit_ratio", "gauge", "Cache hits over requests, by feature.");
-  for (const auto& t : s.tags) w.sample("frugal_cache_hit_ratio", feature(t), num(t.cache_hit_ratio));
-  w.family("frugal_remote_hits_total", "counter",
+  w.family("_cache_hits_total", prometheus_type::counter, "Cache hits, by feature.");
+  for (const auto& t : s.tags) w.sample("_cache_hits_total", feature(t), std::to_string(t.cache_hits));
+  w.family("_cache_hit_ratio", prometheus_type::gauge, "Cache hits over requests, by feature.");
+  for (const auto& t : s.tags) w.sample("_cache_hit_ratio", feature(t), num(t.cache_hit_ratio));
+  w.family("_remote_hits_total", prometheus_type::counter,
            "Of the cache hits, those a shared tier (Redis) served, by feature.");
-  for (const auto& t : s.tags)
-    w.sample("frugal_remote_hits_total", feature(t), std::to_string(t.remote_hits));
-  w.family("frugal_remote_hit_seconds_total", "counter",
+  for (const auto& t : s.tags) w.sample("_remote_hits_total", feature(t), std::to_string(t.remote_hits));
+  w.family("_remote_hit_seconds_total", prometheus_type::counter,
            "Summed latency of the shared tier's hits, by feature.");
-  for (const auto& t : s.tags)
-    w.sample("frugal_remote_hit_seconds_total", feature(t), seconds(t.remote_latency));
-  w.family("frugal_remote_faults_total", "counter",
+  for (const auto& t : s.tags) w.sample("_remote_hit_seconds_total", feature(t), seconds(t.remote_latency));
+  w.family("_remote_faults_total", prometheus_type::counter,
            "Shared-tier faults that fell back to the model, by feature.");
-  for (const auto& t : s.tags)
-    w.sample("frugal_remote_faults_total", feature(t), std::to_string(t.remote_faults));
-  w.family("frugal_semantic_hits_total", "counter",
+  for (const auto& t : s.tags) w.sample("_remote_faults_total", feature(t), std::to_string(t.remote_faults));
+  w.family("_semantic_hits_total", prometheus_type::counter,
            "Of the cache hits, those a semantic cache answered from a similar input, by feature.");
-  for (const auto& t : s.tags)
-    w.sample("frugal_semantic_hits_total", feature(t), std::to_string(t.semantic_hits));
-  w.family("frugal_semantic_saved_seconds", "gauge",
+  for (const auto& t : s.tags) w.sample("_semantic_hits_total", feature(t), std::to_string(t.semantic_hits));
+  w.family("_semantic_saved_seconds", prometheus_type::gauge,
            "Of the GPU time the cache saved, what semantic hits saved (estimated), by feature.");
   for (const auto& t : s.tags)
-    w.sample("frugal_semantic_saved_seconds", feature(t), seconds(t.semantic_saved_time));
-  w.family("frugal_semantic_saved_" + cur, "gauge",
+    w.sample("_semantic_saved_seconds", feature(t), seconds(t.semantic_saved_time));
+  w.family("_semantic_saved_" + cur, prometheus_type::gauge,
            "Of the money the cache saved, what semantic hits saved (estimated), by feature.");
-  for (const auto& t : s.tags)
-    w.sample("frugal_semantic_saved_" + cur, feature(t), t.semantic_saved.to_decimal());
-  w.family("frugal_cascade_escalations_total", "counter",
+  for (const auto& t : s.tags) w.sample("_semantic_saved_" + cur, feature(t), t.semantic_saved.to_decimal());
+  w.family("_cascade_escalations_total", prometheus_type::counter,
            "Requests a cascade's tier passed on to the next tier, by feature (the tier's tag).");
   for (const auto& t : s.tags)
-    w.sample("frugal_cascade_escalations_total", feature(t), std::to_string(t.escalations));
-  w.family("frugal_cascade_saved_seconds", "gauge",
+    w.sample("_cascade_escalations_total", feature(t), std::to_string(t.escalations));
+  w.family("_cascade_saved_seconds", prometheus_type::gauge,
            "GPU time a cascade's tier saved against sending every request to the last tier (negative when "
            "escalations cost more), by feature.");
-  for (const auto& t : s.tags)
-    w.sample("frugal_cascade_saved_seconds", feature(t), seconds(t.cascade_saved_time));
-  w.family("frugal_cascade_saved_" + cur, "gauge",
+  for (const auto& t : s.tags) w.sample("_cascade_saved_seconds", feature(t), seconds(t.cascade_saved_time));
+  w.family("_cascade_saved_" + cur, prometheus_type::gauge,
            "Money a cascade's tier saved against sending every request to the last tier, by feature.");
-  for (const auto& t : s.tags)
-    w.sample("frugal_cascade_saved_" + cur, feature(t), t.cascade_saved.to_decimal());
-  w.family("frugal_cache_saved_seconds", "gauge", "GPU time the cache saved (estimated), by feature.");
-  for (const auto& t : s.tags)
-    w.sample("frugal_cache_saved_seconds", feature(t), seconds(t.cache_saved_time));
-  w.family("frugal_cache_saved_" + cur, "gauge", "Money the cache saved (estimated), by feature.");
-  for (const auto& t : s.tags) w.sample("frugal_cache_saved_" + cur, feature(t), t.cache_saved.to_decimal());
+  for (const auto& t : s.tags) w.sample("_cascade_saved_" + cur, feature(t), t.cascade_saved.to_decimal());
+  w.family("_cache_saved_seconds", prometheus_type::gauge,
+           "GPU time the cache saved (estimated), by feature.");
+  for (const auto& t : s.tags) w.sample("_cache_saved_seconds", feature(t), seconds(t.cache_saved_time));
+  w.family("_cache_saved_" + cur, prometheus_type::gauge, "Money the cache saved (estimated), by feature.");
+  for (const auto& t : s.tags) w.sample("_cache_saved_" + cur, feature(t), t.cache_saved.to_decimal());
   w.family(
-      "frugal_batching_saved_" + cur, "gauge",
+      "_batching_saved_" + cur, prometheus_type::gauge,
       "Money batching saved against running each request alone, from the fitted a*n+b model, by feature.");
+  for (const auto& t : s.tags) w.sample("_batching_saved_" + cur, feature(t), t.batching_saved.to_decimal());
+
+  w.family("_request_duration_seconds", prometheus_type::histogram,
+           "End-to-end request latency, by feature.");
   for (const auto& t : s.tags)
-    w.sample("frugal_batching_saved_" + cur, feature(t), t.batching_saved.to_decimal());
+    detail::prom_latency_histogram(w, "_request_duration_seconds", feature(t), t.latency_histogram);
 
-  w.family("frugal_request_duration_seconds", "histogram", "End-to-end request latency, by feature.");
-  for (const auto& t : s.tags) {
-    const histogram_snapshot& h = t.latency_histogram;
-    for (double le : detail::prom_buckets_s)
-      w.sample("frugal_request_duration_seconds_bucket", {{"feature", t.name}, {"le", num(le)}},
-               std::to_string(h.count_at_or_below(static_cast<std::uint64_t>(le * 1e9))));
-    w.sample("frugal_request_duration_seconds_bucket", {{"feature", t.name}, {"le", "+Inf"}},
-             std::to_string(h.count));
-    w.sample("frugal_request_duration_seconds_sum", feature(t), num(double(h.sum) / 1e9));
-    w.sample("frugal_request_duration_seconds_count", feature(t), std::to_string(h.count));
-  }
-
-  w.family("frugal_gpu_hourly_cost_" + cur, "gauge",
+  w.family("_gpu_hourly_cost_" + cur, prometheus_type::gauge,
            "Price of one GPU-hour, by device (as node_gpu_hourly_cost).");
   for (const auto& d : s.devices) {
     auto ls = device(d);
     ls.emplace_back("billing", std::string(to_string(d.pricing)));
     money hourly = d.price.unit() == rate_unit::hour ? d.price.price() : d.price.price() * 3600;
-    w.sample("frugal_gpu_hourly_cost_" + cur, ls, hourly.to_decimal());
+    w.sample("_gpu_hourly_cost_" + cur, ls, hourly.to_decimal());
   }
-  w.family("frugal_gpu_utilization_ratio", "gauge", "GPU-busy time over wall time in the window, by device.");
-  for (const auto& d : s.devices) w.sample("frugal_gpu_utilization_ratio", device(d), num(d.utilization));
-  w.family("frugal_device_busy_seconds_total", "counter", "GPU-busy time, by device.");
-  for (const auto& d : s.devices) w.sample("frugal_device_busy_seconds_total", device(d), seconds(d.busy));
-  w.family("frugal_gpu_paid_" + cur + "_total", "counter", "GPU-hours paid for, priced, by device.");
+  w.family("_gpu_utilization_ratio", prometheus_type::gauge,
+           "GPU-busy time over wall time in the window, by device.");
+  for (const auto& d : s.devices) w.sample("_gpu_utilization_ratio", device(d), num(d.utilization));
+  w.family("_device_busy_seconds_total", prometheus_type::counter, "GPU-busy time, by device.");
+  for (const auto& d : s.devices) w.sample("_device_busy_seconds_total", device(d), seconds(d.busy));
+  w.family("_gpu_paid_" + cur + "_total", prometheus_type::counter, "GPU-hours paid for, priced, by device.");
+  for (const auto& d : s.devices) w.sample("_gpu_paid_" + cur + "_total", device(d), d.paid.to_decimal());
+  w.family("_idle_cost_" + cur + "_total", prometheus_type::counter,
+           "Paid but idle GPU time, priced, by device.");
   for (const auto& d : s.devices)
-    w.sample("frugal_gpu_paid_" + cur + "_total", device(d), d.paid.to_decimal());
-  w.family("frugal_idle_cost_" + cur + "_total", "counter", "Paid but idle GPU time, priced, by device.");
+    w.sample("_idle_cost_" + cur + "_total", device(d), d.idle_cost.to_decimal());
+  w.family("_overhead_cost_" + cur + "_total", prometheus_type::counter,
+           "Model load time, priced, by device.");
   for (const auto& d : s.devices)
-    w.sample("frugal_idle_cost_" + cur + "_total", device(d), d.idle_cost.to_decimal());
-  w.family("frugal_overhead_cost_" + cur + "_total", "counter", "Model load time, priced, by device.");
+    w.sample("_overhead_cost_" + cur + "_total", device(d), d.overhead_cost.to_decimal());
+  w.family("_model_loads_total", prometheus_type::counter, "Model loads, by device.");
+  for (const auto& d : s.devices) w.sample("_model_loads_total", device(d), std::to_string(d.model_loads));
+  w.family("_model_unloads_total", prometheus_type::counter, "Model unloads, by device.");
   for (const auto& d : s.devices)
-    w.sample("frugal_overhead_cost_" + cur + "_total", device(d), d.overhead_cost.to_decimal());
-  w.family("frugal_model_loads_total", "counter", "Model loads, by device.");
-  for (const auto& d : s.devices)
-    w.sample("frugal_model_loads_total", device(d), std::to_string(d.model_loads));
-  w.family("frugal_model_unloads_total", "counter", "Model unloads, by device.");
-  for (const auto& d : s.devices)
-    w.sample("frugal_model_unloads_total", device(d), std::to_string(d.model_unloads));
-  w.family("frugal_preemptions_total", "counter",
+    w.sample("_model_unloads_total", device(d), std::to_string(d.model_unloads));
+  w.family("_preemptions_total", prometheus_type::counter,
            "Job preemptions (resumes after an interruption), by device.");
+  for (const auto& d : s.devices) w.sample("_preemptions_total", device(d), std::to_string(d.preemptions));
+  w.family("_redone_records_total", prometheus_type::counter,
+           "Records computed again after a resume, by device.");
   for (const auto& d : s.devices)
-    w.sample("frugal_preemptions_total", device(d), std::to_string(d.preemptions));
-  w.family("frugal_redone_records_total", "counter", "Records computed again after a resume, by device.");
-  for (const auto& d : s.devices)
-    w.sample("frugal_redone_records_total", device(d), std::to_string(d.redone_records));
-  w.family("frugal_redone_seconds_total", "counter",
+    w.sample("_redone_records_total", device(d), std::to_string(d.redone_records));
+  w.family("_redone_seconds_total", prometheus_type::counter,
            "Busy time spent redoing work after a resume, by device.");
-  for (const auto& d : s.devices) w.sample("frugal_redone_seconds_total", device(d), seconds(d.redone));
-  w.family("frugal_redone_cost_" + cur + "_total", "counter",
+  for (const auto& d : s.devices) w.sample("_redone_seconds_total", device(d), seconds(d.redone));
+  w.family("_redone_cost_" + cur + "_total", prometheus_type::counter,
            "Redone work after a resume, priced, by device.");
   for (const auto& d : s.devices)
-    w.sample("frugal_redone_cost_" + cur + "_total", device(d), d.redone_cost.to_decimal());
+    w.sample("_redone_cost_" + cur + "_total", device(d), d.redone_cost.to_decimal());
 
-  w.family("frugal_total_cost_" + cur + "_total", "counter", "Everything paid: busy, overhead and idle.");
-  w.sample("frugal_total_cost_" + cur + "_total", {}, s.total_cost.to_decimal());
-  w.family("frugal_unallocated_idle_cost_" + cur + "_total", "counter",
+  w.family("_total_cost_" + cur + "_total", prometheus_type::counter,
+           "Everything paid: busy, overhead and idle.");
+  w.sample("_total_cost_" + cur + "_total", {}, s.total_cost.to_decimal());
+  w.family("_unallocated_idle_cost_" + cur + "_total", prometheus_type::counter,
            "Idle cost not shared out to a feature.");
-  w.sample("frugal_unallocated_idle_cost_" + cur + "_total", {}, s.unallocated_idle.to_decimal());
-  w.family("frugal_window_seconds", "gauge", "Wall time the snapshot covers.");
-  w.sample("frugal_window_seconds", {}, seconds(s.wall));
-  w.family("frugal_alert_firing", "gauge", "1 for each threshold that fires.");
-  for (const auto& a : s.alerts)
-    w.sample("frugal_alert_firing", {{"check", a.check}, {"subject", a.subject}}, "1");
-  return std::move(w).str();
+  w.sample("_unallocated_idle_cost_" + cur + "_total", {}, s.unallocated_idle.to_decimal());
+  w.family("_window_seconds", prometheus_type::gauge, "Wall time the snapshot covers.");
+  w.sample("_window_seconds", {}, seconds(s.wall));
+  w.family("_alert_firing", prometheus_type::gauge, "1 for each threshold that fires.");
+  for (const auto& a : s.alerts) w.sample("_alert_firing", {{"check", a.check}, {"subject", a.subject}}, "1");
+}
+
+/// @brief The snapshot's Prometheus text alone (see append_prometheus).
+inline std::string to_prometheus(const ledger_snapshot& s, const prometheus_options& opts = {}) {
+  prometheus_writer w;
+  append_prometheus(w, s, opts);
+  return w.str();
 }
 
 /// @brief The snapshot as one JSON object. Money is a decimal string in the currency unit (exact), durations
