@@ -13,6 +13,8 @@
 #include <optional>
 #include <string>
 
+#include "requires.hpp"
+
 namespace frugal_test {
 
 // The value of the series `series` (name and labels as written), or "(absent)".
@@ -64,14 +66,16 @@ inline std::optional<promtool_result> promtool_check(const std::string& text) {
 
 }  // namespace frugal_test
 
-// Checks `text` with promtool where there is one: status 0 and nothing said. Without one, says so.
-#define FRUGAL_CHECK_PROMTOOL(text)                                                          \
-  do {                                                                                       \
-    if (const auto promtool_ = frugal_test::promtool_check(text)) {                          \
-      INFO("promtool check metrics said: " << promtool_->output);                            \
-      CHECK(promtool_->status == 0);                                                         \
-      CHECK(promtool_->output.empty());                                                      \
-    } else {                                                                                 \
-      MESSAGE("no promtool (Debian's prometheus package): the exposition check is skipped"); \
-    }                                                                                        \
+// Checks `text` with promtool: status 0 and nothing said. Without promtool the step is skipped, or fails
+// under FRUGAL_REQUIRE (requires.hpp's available()).
+#define FRUGAL_CHECK_PROMTOOL(text)                                                                    \
+  do {                                                                                                 \
+    if (const auto promtool_ = frugal_test::promtool_check(text)) {                                    \
+      INFO("promtool check metrics said: " << promtool_->output);                                      \
+      CHECK(promtool_->status == 0);                                                                   \
+      CHECK(promtool_->output.empty());                                                                \
+    } else {                                                                                           \
+      (void)frugal_test::available(                                                                    \
+          {"promtool", "no promtool (Debian's prometheus package): the exposition check cannot run"}); \
+    }                                                                                                  \
   } while (0)
