@@ -78,7 +78,7 @@ void hit_redis(benchmark::State& st) {
 }
 
 void miss_model(benchmark::State& st) {
-  const demo::mlp model(demo::model_config{}, demo::precision::fp32);
+  const demo::mlp model(demo::model_config{}, demo::recipe::fp32);
   demo::matrix x = demo::matrix::Random(1, model.input_dim());
   for (auto _ : st) benchmark::DoNotOptimize(model.forward(x));
 }

@@ -132,7 +132,6 @@ inline config parse_config(const examples::config_document& doc) {
     t.get("zipf_s", c.zipf_s, 0.0, 100.0);
     t.get("accuracy_sample", c.accuracy_sample, 1, 1'000'000);
     t.get("corpus", c.corpus);
-    if (!t.has("phases")) t.fail("phases", "must not be empty");
     t.each("phases", [&](examples::config_object& p, std::size_t) {
       phase ph;
       p.get("kind", ph.kind, {"closed", "poisson", "idle"});
@@ -147,9 +146,7 @@ inline config parse_config(const examples::config_document& doc) {
         p.fail("rate", "a poisson phase needs rate in [0.001, 1e9] and requests > 0");
       c.phases.push_back(ph);
     });
-    if (c.phases.empty()) t.fail("phases", "must not be empty");
   });
-  if (!root.has("ladder")) root.fail("ladder", "must not be empty");
   root.each("ladder", [&](examples::config_object& s, std::size_t) {
     step_config st;
     s.get("name", st.name);
@@ -169,8 +166,9 @@ inline config parse_config(const examples::config_document& doc) {
     s.get("max_batch", st.max_batch, 0, 65536);
     c.ladder.push_back(st);
   });
+  root.finish();  // unknown keys first: a misspelt "phases" or "ladder" is named as such
+  if (c.phases.empty()) root.fail("traffic.phases", "must not be empty");
   if (c.ladder.empty()) root.fail("ladder", "must not be empty");
-  root.finish();
   if (c.model_kind == "minilm" && c.model_path.empty()) {
     const char* env = std::getenv("FRUGAL_MODEL_DIR");
     c.model_path = env && *env ? env : FRUGAL_DEMO_MODEL_DIR;

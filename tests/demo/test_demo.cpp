@@ -15,6 +15,7 @@
 
 #include "../common/flags.hpp"
 #include "../common/write.hpp"
+#include "../support/errors.hpp"
 #include "demo.hpp"
 
 namespace {
@@ -283,21 +284,11 @@ TEST_CASE("demo: identical misses at the same time make one model call (the cach
 
 namespace {
 
-// The error text of `f`, which must throw.
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  FAIL("no error");
-  return {};
-}
+using frugal_test::what_of;
 
 // The error of parse_config on tiny_config() with one override.
 std::string override_error(const std::string& arg) {
-  return error_of([&] {
+  return what_of([&] {
     examples::config_document d(tiny_config(), "config tiny.json");
     d.apply_override(arg);
     (void)demo::parse_config(d);
@@ -311,7 +302,7 @@ TEST_CASE("demo: a number out of its field's range is refused where it is read, 
     const char* arg;
     const char* path;
   };
-  // Each once reached an allocation or a loop unchecked: a negative sample count, negative dims, a huge
+  // Unchecked, each would reach an allocation or a loop: a negative sample count, negative dims, a huge
   // or negative outlier-channel count, an outlier scale that overflows the weights.
   for (const bad& b :
        {bad{"--traffic.accuracy_sample=-1", "traffic.accuracy_sample: must be an integer in 1 .."},
@@ -334,22 +325,22 @@ TEST_CASE("demo: a number out of its field's range is refused where it is read, 
   // A bad value of the file names the file.
   demo::json j = tiny_config();
   j["traffic"]["phases"][1]["ms"] = -1;
-  const std::string e = error_of([&] { (void)demo::parse_config(j, "config tiny.json"); });
+  const std::string e = what_of([&] { (void)demo::parse_config(j, "config tiny.json"); });
   CHECK(e.rfind("config tiny.json: traffic.phases[1].ms: must be a number in 0 ..", 0) == 0);
 }
 
 TEST_CASE("demo: the JSON library's own errors become the config's, naming the file or the override") {
   using examples::config_document;
-  CHECK(error_of([] { (void)config_document::from_text("  \n", "config empty.json"); }) ==
+  CHECK(what_of([] { (void)config_document::from_text("  \n", "config empty.json"); }) ==
         "config empty.json: is empty; a config is a JSON object");
-  CHECK(error_of([] {
+  CHECK(what_of([] {
           (void)config_document::from_text(R"({"traffic": {"pool": 1e400}})", "config big.json");
         }) == "config big.json: traffic.pool: a number is too large for a double");
-  CHECK(error_of([] {
+  CHECK(what_of([] {
           (void)config_document::from_text(R"({"ladder": [{}, {"max_batch": -1e999}]})", "config big.json");
         }) == "config big.json: ladder[1].max_batch: a number is too large for a double");
   const std::string syntax =
-      error_of([] { (void)config_document::from_text("{\n  \"seed\": 1,,\n}", "config x.json"); });
+      what_of([] { (void)config_document::from_text("{\n  \"seed\": 1,,\n}", "config x.json"); });
   CHECK(syntax.rfind("config x.json: not valid JSON at line 2, column 13: ", 0) == 0);
   CHECK(override_error("--traffic.zipf_s=1e400") ==
         "--traffic.zipf_s=1e400: traffic.zipf_s: 1e400 is too large for a double");
@@ -397,15 +388,15 @@ TEST_CASE(
   fs::remove_all(dir);
   fs::create_directories(dir / "a_directory");
   examples::write_file((dir / "a_file").string(), "x");
-  CHECK(error_of([] {
+  CHECK(what_of([] {
           examples::write_file("/dev/full", "a ledger");
         }).rfind("/dev/full: writing failed: ", 0) == 0);
-  CHECK(error_of([&] {
+  CHECK(what_of([&] {
           examples::write_file((dir / "a_directory").string(), "x");
         }).find("a_directory: cannot be opened for writing") != std::string::npos);
-  CHECK(error_of([&] { examples::check_writable((dir / "a_directory").string()); }).find("a_directory") !=
+  CHECK(what_of([&] { examples::check_writable((dir / "a_directory").string()); }).find("a_directory") !=
         std::string::npos);
-  CHECK(error_of([&] {
+  CHECK(what_of([&] {
           examples::prepare_output_dir((dir / "a_file" / "out").string());
         }).find("a_file/out: cannot be created") != std::string::npos);
   examples::prepare_output_dir((dir / "new" / "out").string());
