@@ -5,7 +5,7 @@ if(TARGET frugal::job AND TARGET frugal::wordpiece AND TARGET frugal::safetensor
   endif()
   frugal_add_benchmark(bench_job SOURCES job/bench_job.cpp LIBS frugal::job frugal_example_bert
                        DEFINES FRUGAL_MODEL_DIR="${FRUGAL_MODEL_DIR}")
-  target_include_directories(bench_job PRIVATE "${PROJECT_SOURCE_DIR}/examples/batch_job")
+  target_include_directories(bench_job PRIVATE "${PROJECT_SOURCE_DIR}/examples/common")
   # GCC 12 with optimisation reports Eigen's AVX-512 intrinsics (-march=native) as (maybe-)uninitialized.
   target_compile_options(bench_job PRIVATE $<$<CXX_COMPILER_ID:GNU>:-Wno-maybe-uninitialized>
                          $<$<CXX_COMPILER_ID:GNU>:-Wno-uninitialized>)

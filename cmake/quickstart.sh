@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The README's two commands:
-#   ./cmake/quickstart.sh demo   builds and runs the main demo (examples/serve)
+#   ./cmake/quickstart.sh demo   builds and runs the main demo (examples/demo)
 #   ./cmake/quickstart.sh test   builds everything and runs every test (what CI runs)
 # On a fresh Debian machine it installs what is missing when run as root, and otherwise prints the
 # exact line to run and stops.
@@ -60,9 +60,9 @@ fetch_gguf_model() {
 }
 export FRUGAL_GGUF_MODEL="${FRUGAL_GGUF_MODEL:-$PWD/$GGUF_MODEL}"
 
-# The main demo: examples/serve with its default config (examples/serve/config.json).
-DEMO_TARGET=frugal_serve
-DEMO_PATH=serve/frugal_serve
+# The main demo: examples/demo with its default config (examples/demo/config.json); exports to build/demo-out/.
+DEMO_TARGET=frugal_demo
+DEMO_PATH=demo/frugal_demo
 
 case "${1:-}" in
   demo)

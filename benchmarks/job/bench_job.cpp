@@ -174,10 +174,11 @@ int main(int argc, char** argv) try {
   const char* env = std::getenv("FRUGAL_MODEL_DIR");
   const std::string model = env && *env ? env : FRUGAL_MODEL_DIR;
 
-  std::vector<std::string> texts =
-      batch_job::read_fortunes(c.corpus.empty() ? "/usr/share/games/fortunes" : c.corpus);
+  const std::string fortunes = c.corpus.empty() ? "/usr/share/games/fortunes" : c.corpus;
+  std::vector<std::string> texts;
+  if (std::filesystem::is_directory(fortunes)) texts = examples::read_fortunes(fortunes);
   const std::string corpus_name = texts.empty() ? "synthetic sentences" : "Debian fortunes";
-  if (texts.empty()) texts = batch_job::synthetic_sentences(c.records);
+  if (texts.empty()) texts = examples::synthetic_sentences(c.records);
   while (texts.size() < c.records) texts.insert(texts.end(), texts.begin(), texts.end());
   texts.resize(c.records);
   std::filesystem::create_directories(c.dir);

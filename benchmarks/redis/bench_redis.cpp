@@ -3,7 +3,7 @@
 //   hit/lru          a hit in the in-process LRU in front of Redis;
 //   hit/redis        a hit in Redis (no LRU in front): one GET round trip and the decode;
 //   miss/model       the model call that a hit saves: the demo's default MLP (1024-4096-1024-4096-1024, fp32,
-//                    examples/serve/model.hpp), one row;
+//                    examples/demo/model.hpp), one row;
 //   batch32/per_key  32 lookups, one round trip each;
 //   batch32/pipelined the same 32 lookups as one MGET.
 #include <benchmark/benchmark.h>
@@ -15,7 +15,7 @@
 #include <frugal/cache.hpp>
 #include <frugal/redis.hpp>
 
-#include "../../examples/serve/model.hpp"
+#include "../../examples/demo/model.hpp"
 #include "../../tests/redis/redis_server.hpp"
 
 namespace {
@@ -78,8 +78,8 @@ void hit_redis(benchmark::State& st) {
 }
 
 void miss_model(benchmark::State& st) {
-  const serve::mlp model(serve::model_config{}, serve::precision::fp32);
-  serve::matrix x = serve::matrix::Random(1, model.input_dim());
+  const demo::mlp model(demo::model_config{}, demo::recipe::fp32);
+  demo::matrix x = demo::matrix::Random(1, model.input_dim());
   for (auto _ : st) benchmark::DoNotOptimize(model.forward(x));
 }
 

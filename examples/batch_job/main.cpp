@@ -33,7 +33,6 @@
 #include <filesystem>
 #include <frugal/cost.hpp>
 #include <frugal/job.hpp>
-#include <fstream>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -44,10 +43,11 @@
 #include <thread>
 #include <vector>
 
-#include "../models/flags.hpp"
-#include "corpus.hpp"
+#include "../common/corpus.hpp"
+#include "../common/flags.hpp"
+#include "../common/write.hpp"
 #ifdef FRUGAL_BATCH_JOB_BERT
-#  include "../models/bert.hpp"
+#  include "../common/load_model.hpp"
 #endif
 
 #ifndef FRUGAL_DEFAULT_MODEL_DIR
@@ -59,9 +59,7 @@
 
 namespace {
 
-struct usage_error : std::invalid_argument {
-  using std::invalid_argument::invalid_argument;
-};
+using examples::usage_error;
 
 // The model behind the job: texts in, unit-norm embeddings out.
 class text_model {
@@ -137,28 +135,16 @@ class minilm_model final : public text_model {
 };
 #endif
 
-std::vector<std::string> read_lines(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw std::runtime_error("cannot open " + path);
-  std::vector<std::string> lines;
-  for (std::string l; std::getline(f, l);) lines.push_back(std::move(l));
-  if (f.bad()) throw std::runtime_error("reading " + path + " failed");
-  return lines;
-}
-
 std::unique_ptr<text_model> load_model(const std::string& dir, const std::string& prec,
                                        const std::string& calibration, std::size_t threads) {
   if (dir == "stand-in") return std::make_unique<stand_in_model>();
 #ifdef FRUGAL_BATCH_JOB_BERT
-  bert::load_options opt{.threads = threads};
+  bert::load_options opt;
   try {
-    opt.weights = bert::parse_precision(prec);
+    opt = examples::encoder_options(
+        {.dir = dir, .precision = prec, .calibration = calibration, .threads = threads});
   } catch (const std::invalid_argument& e) {
-    throw usage_error(std::string("--precision: ") + e.what());
-  }
-  if (bert::needs_calibration(opt.weights)) {
-    if (calibration.empty()) throw usage_error("--precision int8 needs --calibration FILE");
-    opt.calibration = read_lines(calibration);
+    throw usage_error(e.what());
   }
   return std::make_unique<minilm_model>(bert::encoder::load(dir, opt));
 #else
@@ -203,28 +189,34 @@ std::vector<nlohmann::json> embed_batch(const text_model& model, std::span<const
   return results;
 }
 
+// The I/O error exit of the job (frugal::job::exit_code), for the example's own files.
+constexpr int exit_io = 74;
+
 int write_corpus(const std::string& path, const std::vector<std::string>& texts, const std::string& prefix) {
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  for (std::size_t i = 0; i < texts.size(); ++i)
-    f << nlohmann::json{{"id", prefix + std::to_string(i)}, {"text", texts[i]}}.dump() << "\n";
-  f.close();
-  if (!f) {
-    std::fprintf(stderr, "frugal_batch_job: writing %s failed\n", path.c_str());
-    return 74;
+  try {
+    examples::output_file f(path);
+    for (std::size_t i = 0; i < texts.size(); ++i)
+      f.write(nlohmann::json{{"id", prefix + std::to_string(i)}, {"text", texts[i]}}.dump() + "\n");
+    f.close();
+  } catch (const examples::write_error& e) {
+    std::fprintf(stderr, "frugal_batch_job: %s\n", e.what());
+    return exit_io;
   }
   return 0;
 }
 
 int generate(std::uint64_t n, const std::string& path) {
-  return write_corpus(path, batch_job::synthetic_sentences(n), "r");
+  return write_corpus(path, examples::synthetic_sentences(n), "r");
 }
 
 // Every fortune in `dir`, `repeat` times over; ids are "f0", "f1", ...
 int fortunes(const std::string& dir, const std::string& path, std::uint64_t repeat) {
-  const std::vector<std::string> one = batch_job::read_fortunes(dir);
-  if (one.empty()) {
-    std::fprintf(stderr, "frugal_batch_job: --fortunes %s: no fortunes found\n", dir.c_str());
-    return 74;
+  std::vector<std::string> one;
+  try {
+    one = examples::read_fortunes(dir);
+  } catch (const std::runtime_error& e) {
+    std::fprintf(stderr, "frugal_batch_job: --fortunes %s\n", e.what());
+    return exit_io;
   }
   std::vector<std::string> texts;
   for (std::uint64_t r = 0; r < repeat; ++r) texts.insert(texts.end(), one.begin(), one.end());
@@ -277,10 +269,11 @@ class job_ledger {
       ledger_.record_preemption(
           0, s.redone_records, std::chrono::nanoseconds(std::llround(per_record * double(s.redone_records))));
     }
-    std::ofstream f(path, std::ios::trunc);
-    f << frugal::cost::to_json(ledger_.snapshot()) << "\n";
-    f.close();
-    if (!f) throw frugal::job::error(frugal::job::errc::io, "writing --ledger " + path + " failed");
+    try {
+      examples::write_file(path, frugal::cost::to_json(ledger_.snapshot()) + "\n");
+    } catch (const examples::write_error& e) {
+      throw frugal::job::error(frugal::job::errc::io, std::string("--ledger ") + e.what());
+    }
   }
 
  private:
@@ -307,72 +300,65 @@ int main(int argc, char** argv) try {
   std::size_t threads = 1;
   ledger_flags lf;
   try {
-    for (int i = 1; i < argc; ++i) {
-      const std::string a = argv[i];
-      auto value = [&]() -> std::string {
-        if (i + 1 >= argc) throw usage_error(a + " needs a value");
-        return argv[++i];
-      };
-      auto count = [&](std::uint64_t lo, std::uint64_t hi) {
-        return examples::integer_flag(a, value(), lo, hi);
-      };
-      if (a == "--generate") {
-        const std::uint64_t n = count(1, 100'000'000);
-        return generate(n, value());
-      } else if (a == "--fortunes") {
-        const std::string dir = value(), path = value();
+    examples::flags f(argc, argv);
+    while (f.next()) {
+      if (f.is("--generate")) {
+        const std::uint64_t n = f.integer(1, 100'000'000);
+        return generate(n, f.value());
+      } else if (f.is("--fortunes")) {
+        const std::string dir = f.value(), path = f.value();
         std::uint64_t repeat = 1;
-        if (i + 1 < argc && std::string_view(argv[i + 1]) == "--repeat") {
-          ++i;
-          repeat = count(1, 1000);
+        if (f.peek() == "--repeat") {
+          f.next();
+          repeat = f.integer(1, 1000);
         }
         return fortunes(dir, path, repeat);
-      } else if (a == "--input") {
-        o.input = value();
-      } else if (a == "--output") {
-        o.output = value();
-      } else if (a == "--checkpoint-dir") {
-        o.checkpoint_dir = value();
-      } else if (a == "--errors") {
-        o.errors = value();
-      } else if (a == "--name") {
-        o.name = value();
-      } else if (a == "--model") {
-        model = value();
-      } else if (a == "--precision") {
-        prec = value();
-      } else if (a == "--calibration") {
-        calibration = value();
-      } else if (a == "--threads") {
-        threads = count(1, 256);
-      } else if (a == "--every") {
-        o.checkpoint_every_records = count(0, UINT64_MAX);
-      } else if (a == "--every-ms") {
-        o.checkpoint_every = std::chrono::milliseconds(count(0, 86'400'000));
-      } else if (a == "--batch") {
-        o.batch_size = count(1, 4096);
-      } else if (a == "--deadline-ms") {
-        o.preemption_deadline = std::chrono::milliseconds(count(0, 86'400'000));
-      } else if (a == "--stop-on-bad") {
+      } else if (f.is("--input")) {
+        o.input = f.value();
+      } else if (f.is("--output")) {
+        o.output = f.value();
+      } else if (f.is("--checkpoint-dir")) {
+        o.checkpoint_dir = f.value();
+      } else if (f.is("--errors")) {
+        o.errors = f.value();
+      } else if (f.is("--name")) {
+        o.name = f.value();
+      } else if (f.is("--model")) {
+        model = f.value();
+      } else if (f.is("--precision")) {
+        prec = f.value();
+      } else if (f.is("--calibration")) {
+        calibration = f.value();
+      } else if (f.is("--threads")) {
+        threads = f.integer(1, 256);
+      } else if (f.is("--every")) {
+        o.checkpoint_every_records = f.integer(0, UINT64_MAX);
+      } else if (f.is("--every-ms")) {
+        o.checkpoint_every = std::chrono::milliseconds(f.integer(0, 86'400'000));
+      } else if (f.is("--batch")) {
+        o.batch_size = f.integer(1, 4096);
+      } else if (f.is("--deadline-ms")) {
+        o.preemption_deadline = std::chrono::milliseconds(f.integer(0, 86'400'000));
+      } else if (f.is("--stop-on-bad")) {
         o.stop_on_bad_record = true;
-      } else if (a == "--ledger") {
-        lf.path = value();
-      } else if (a == "--billing") {
-        const std::string b = value();
+      } else if (f.is("--ledger")) {
+        lf.path = f.value();
+      } else if (f.is("--billing")) {
+        const std::string b = f.value();
         if (b == "spot")
           lf.pricing = frugal::cost::billing::spot;
         else if (b == "on_demand" || b == "on-demand")
           lf.pricing = frugal::cost::billing::on_demand;
         else
           throw usage_error("--billing must be spot or on_demand, not \"" + b + "\"");
-      } else if (a == "--price") {
-        lf.price = value();
+      } else if (f.is("--price")) {
+        lf.price = f.value();
         (void)frugal::cost::money::parse(lf.price, frugal::cost::currency::from_code("USD"));
-      } else if (a == "--help" || a == "-h") {
+      } else if (f.is("--help") || f.is("-h")) {
         std::fputs(usage_text, stdout);
         return 0;
       } else {
-        throw usage_error("unknown argument \"" + a + "\"");
+        f.unknown();
       }
     }
     if (model.empty()) throw usage_error("no model: pass --model DIR (or stand-in) or set FRUGAL_MODEL_DIR");
@@ -392,7 +378,15 @@ int main(int argc, char** argv) try {
     return 64;
   }
   std::optional<job_ledger> ledger;
-  if (!lf.path.empty()) ledger.emplace(lf);
+  if (!lf.path.empty()) {
+    try {  // written at the end: a path it cannot go to is refused before the run
+      examples::check_writable(lf.path);
+    } catch (const examples::write_error& e) {
+      std::fprintf(stderr, "frugal_batch_job: --ledger %s\n", e.what());
+      return exit_io;
+    }
+    ledger.emplace(lf);
+  }
   std::int64_t busy_ns = 0;  // written by the batch thread, read after run()
   try {
     frugal::job::runner job(o, [&](std::span<const frugal::job::record> batch) {

@@ -2,7 +2,6 @@
 // the batcher, and a ledger that prices it all. The model call stays in the user's own loop.
 #include <cmath>
 #include <cstdio>
-#include <future>
 #include <span>
 #include <thread>
 #include <vector>
@@ -63,7 +62,7 @@ int main() {
   struct miss {
     frugal::key128 key;
     std::size_t input;
-    std::future<embedding> result;
+    frugal::light_future<embedding> result;  // kept as it is: a std::future would cost a promise per request
   };
   std::size_t mixed_rounds = 0;
   for (std::size_t round = 0; round < 4; ++round) {

@@ -9,19 +9,20 @@
 // floats with unit L2 norm. "-" reads stdin or writes stdout. --stats prints throughput and memory to
 // stderr. --device cuda runs the int8 and fp16/bf16 linear layers on a GPU through frugal::cuda (a build
 // with CUDA; fp32 and int4 stay on the CPU, and say so). Exit codes: 0 done, 1 a runtime error (bad model
-// files, unreadable input), 2 a usage error.
+// files, unreadable input, an output that cannot be written, each named), 2 a usage error.
 #include <sys/resource.h>
 
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
-#include <iostream>
 #include <string>
 #include <vector>
 
+#include "../common/flags.hpp"
+#include "../common/lines.hpp"
+#include "../common/load_model.hpp"
+#include "../common/write.hpp"
 #include "bert.hpp"
-#include "flags.hpp"
 #if FRUGAL_EMBED_CUDA
 #  include "bert_cuda.hpp"
 #endif
@@ -30,63 +31,36 @@
 #  define FRUGAL_DEFAULT_CALIBRATION ""
 #endif
 
-namespace {
-
-struct usage_error : std::invalid_argument {
-  using std::invalid_argument::invalid_argument;
-};
-
-std::size_t parse_count(const std::string& flag, const std::string& v, std::size_t max) {
-  return static_cast<std::size_t>(examples::integer_flag(flag, v, 1, max));
-}
-
-std::vector<std::string> read_lines(const std::string& path) {
-  std::ifstream file;
-  std::istream* in = &std::cin;
-  if (path != "-") {
-    file.open(path, std::ios::binary);
-    if (!file) throw std::runtime_error("cannot open --input " + path);
-    in = &file;
-  }
-  std::vector<std::string> lines;
-  for (std::string l; std::getline(*in, l);) lines.push_back(std::move(l));
-  if (in->bad()) throw std::runtime_error("reading --input " + path + " failed");
-  return lines;
-}
-
-}  // namespace
-
 int main(int argc, char** argv) try {
-  std::string model, input, output, calibration = FRUGAL_DEFAULT_CALIBRATION, prec = "fp32", device = "cpu";
-  std::size_t batch = 32, threads = 1;
+  examples::encoder_source src;
+  src.calibration = FRUGAL_DEFAULT_CALIBRATION;
+  std::string input, output, device = "cpu";
+  std::size_t batch = 32;
   bool stats = false;
   int ordinal = -1;  // the CUDA device, or -1 for the CPU
+  bert::load_options opt;
   try {
-    for (int i = 1; i < argc; ++i) {
-      const std::string a = argv[i];
-      const auto value = [&]() -> std::string {
-        if (i + 1 >= argc) throw usage_error(a + " needs a value");
-        return argv[++i];
-      };
-      if (a == "--model")
-        model = value();
-      else if (a == "--input")
-        input = value();
-      else if (a == "--output")
-        output = value();
-      else if (a == "--precision")
-        prec = value();
-      else if (a == "--calibration")
-        calibration = value();
-      else if (a == "--batch")
-        batch = parse_count(a, value(), 4096);
-      else if (a == "--threads")
-        threads = parse_count(a, value(), 256);
-      else if (a == "--device")
-        device = value();
-      else if (a == "--stats")
+    examples::flags f(argc, argv);
+    while (f.next()) {
+      if (f.is("--model"))
+        src.dir = f.value();
+      else if (f.is("--input"))
+        input = f.value();
+      else if (f.is("--output"))
+        output = f.value();
+      else if (f.is("--precision"))
+        src.precision = f.value();
+      else if (f.is("--calibration"))
+        src.calibration = f.value();
+      else if (f.is("--batch"))
+        batch = f.integer(1, 4096);
+      else if (f.is("--threads"))
+        src.threads = f.integer(1, 256);
+      else if (f.is("--device"))
+        device = f.value();
+      else if (f.is("--stats"))
         stats = true;
-      else if (a == "--help" || a == "-h") {
+      else if (f.is("--help") || f.is("-h")) {
         std::printf(
             "usage: %s --model DIR --input FILE --output FILE [--precision fp32|fp16|bf16|int8|"
             "int8-per-channel|int8-per-tensor|int8-7bit|int4] [--batch N] [--threads N] [--calibration FILE] "
@@ -94,32 +68,21 @@ int main(int argc, char** argv) try {
             argv[0]);
         return 0;
       } else
-        throw usage_error("unknown argument \"" + a + "\"");
+        f.unknown();
     }
-    if (model.empty()) throw usage_error("--model DIR is required");
-    if (input.empty()) throw usage_error("--input FILE is required");
-    if (output.empty()) throw usage_error("--output FILE is required");
+    if (src.dir.empty()) throw examples::usage_error("--model DIR is required");
+    if (input.empty()) throw examples::usage_error("--input FILE is required");
+    if (output.empty()) throw examples::usage_error("--output FILE is required");
     if (device == "cuda")
       ordinal = 0;
     else if (device.rfind("cuda:", 0) == 0)
       ordinal = static_cast<int>(examples::integer_flag("--device cuda:N", device.substr(5), 0, 63));
     else if (device != "cpu")
-      throw usage_error("--device \"" + device + "\" is not cpu, cuda or cuda:N");
+      throw examples::usage_error("--device \"" + device + "\" is not cpu, cuda or cuda:N");
+    opt = examples::encoder_options(src);  // the precision, and the calibration sentences it needs
   } catch (const std::invalid_argument& e) {
     std::fprintf(stderr, "frugal_embed: %s (see --help)\n", e.what());
     return 2;
-  }
-  bert::load_options opt{.threads = threads};
-  try {
-    opt.weights = bert::parse_precision(prec);
-  } catch (const std::invalid_argument& e) {
-    std::fprintf(stderr, "frugal_embed: --precision: %s\n", e.what());
-    return 2;
-  }
-  if (bert::needs_calibration(opt.weights)) {
-    if (calibration.empty())
-      throw std::runtime_error("--precision " + prec + " needs --calibration FILE (one sentence per line)");
-    opt.calibration = read_lines(calibration);
   }
   if (ordinal >= 0) {
 #if FRUGAL_EMBED_CUDA
@@ -130,20 +93,15 @@ int main(int argc, char** argv) try {
         ": this frugal_embed was built without CUDA (configure with -DFRUGAL_ENABLE_CUDA=ON)");
 #endif
   }
+  examples::check_writable(output);  // before the model loads, not after
   const auto t0 = std::chrono::steady_clock::now();
-  const bert::encoder enc = bert::encoder::load(model, opt);
+  const bert::encoder enc = bert::encoder::load(src.dir, opt);
   const auto t1 = std::chrono::steady_clock::now();
   if (ordinal >= 0 && !enc.device())
     std::fprintf(stderr, "frugal_embed: --device %s: %s layers have no device path and run on the CPU\n",
                  device.c_str(), bert::to_string(enc.weights()));
-  const std::vector<std::string> lines = read_lines(input);
-
-  std::ofstream file;
-  std::FILE* out = stdout;
-  if (output != "-") {
-    out = std::fopen(output.c_str(), "wb");
-    if (!out) throw std::runtime_error("cannot open --output " + output + ": " + std::strerror(errno));
-  }
+  const std::vector<std::string> lines = examples::read_lines(input, "--input");
+  examples::output_file out(output);
   std::size_t tokens = 0;
   std::string buf;
   char num[32];
@@ -164,11 +122,9 @@ int main(int argc, char** argv) try {
       }
       buf += "]\n";
     }
-    if (std::fwrite(buf.data(), 1, buf.size(), out) != buf.size())
-      throw std::runtime_error("writing --output " + output + " failed: " + std::strerror(errno));
+    out.write(buf);
   }
-  if (std::fflush(out) != 0 || (out != stdout && std::fclose(out) != 0))
-    throw std::runtime_error("writing --output " + output + " failed: " + std::strerror(errno));
+  out.close();
   const auto t2 = std::chrono::steady_clock::now();
   if (stats) {
     rusage ru{};
@@ -180,7 +136,7 @@ int main(int argc, char** argv) try {
                  "weights %.2f MB; "
                  "peak RSS %.1f MB\n",
                  bert::to_string(enc.weights()), lines.size(), tokens, secs, lines.size() / secs,
-                 tokens / secs, batch, threads, enc.device() ? enc.device()->name().c_str() : "the CPU",
+                 tokens / secs, batch, src.threads, enc.device() ? enc.device()->name().c_str() : "the CPU",
                  std::chrono::duration<double>(t1 - t0).count(), enc.linear_bytes() / 1e6,
                  enc.other_bytes() / 1e6, ru.ru_maxrss / 1024.0);
   }

@@ -15,8 +15,9 @@
 //
 // The bearer token is read from --token-file or the environment variable FRUGAL_SERVER_TOKEN, never
 // from the command line (it would show in ps) and never logged. SIGTERM or SIGINT stops accepting,
-// answers every accepted request, writes the ledger's exports to --export-dir, and exits 0; a second
-// signal exits 1 at once.
+// answers every accepted request, writes the ledger's exports to --export-dir, and exits 0 (1 when an
+// export cannot be written, naming it); a second signal exits 1 at once. An --export-dir that cannot be
+// written is refused at start.
 #include <pthread.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -25,12 +26,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
-#include <iostream>
 #include <string>
 #include <thread>
 
-#include "flags.hpp"
+#include "../common/flags.hpp"
+#include "../common/lines.hpp"
+#include "../common/write.hpp"
 #include "server.hpp"
 
 #ifndef FRUGAL_DEFAULT_CALIBRATION
@@ -39,14 +40,6 @@
 #ifndef FRUGAL_DEFAULT_MODEL_DIR
 #  define FRUGAL_DEFAULT_MODEL_DIR ""
 #endif
-
-namespace {
-
-std::uint64_t count_of(const std::string& flag, const std::string& v, std::uint64_t lo, std::uint64_t hi) {
-  return examples::integer_flag(flag, v, lo, hi);
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   server::options o;
@@ -59,83 +52,82 @@ int main(int argc, char** argv) {
   std::string models_file;
   int http_nice = 0;
   try {
-    for (int i = 1; i < argc; ++i) {
-      const std::string a = argv[i];
-      const auto value = [&]() -> std::string {
-        if (i + 1 >= argc) throw std::invalid_argument(a + " needs a value");
-        return argv[++i];
-      };
-      if (a == "--model")
-        o.model_dir = value();
-      else if (a == "--models")
-        models_file = value();
-      else if (a == "--pool-collect-s")
-        o.collect_interval_s = examples::number_flag(a, value(), 0.01, 3600);
-      else if (a == "--model-name")
-        o.model_name = value();
-      else if (a == "--host")
-        o.host = value();
-      else if (a == "--port")
-        o.port = static_cast<int>(count_of(a, value(), 0, 65535));
-      else if (a == "--precision")
-        o.precision = value();
-      else if (a == "--calibration")
-        o.calibration = value();
-      else if (a == "--max-batch")
-        o.max_batch = count_of(a, value(), 1, 4096);
-      else if (a == "--max-batch-tokens")
-        o.max_batch_tokens = count_of(a, value(), 256, 1 << 24);
-      else if (a == "--window-ms")
-        o.window_ms = examples::number_flag(a, value(), 0, 10000);
-      else if (a == "--max-queued")
-        o.max_queued = count_of(a, value(), 1, 1 << 24);
-      else if (a == "--max-body-bytes")
-        o.max_body_bytes = count_of(a, value(), 64, 1ull << 30);
-      else if (a == "--max-inputs")
-        o.max_inputs = count_of(a, value(), 1, 65536);
-      else if (a == "--cache-entries")
-        o.cache_entries = count_of(a, value(), 0, 1ull << 30);
-      else if (a == "--http-threads")
-        o.http_threads = static_cast<int>(count_of(a, value(), 1, 4096));
-      else if (a == "--http-nice")
-        http_nice = static_cast<int>(count_of(a, value(), 0, 19));
-      else if (a == "--model-threads")
-        o.model_threads = count_of(a, value(), 1, 256);
-      else if (a == "--request-timeout-s")
-        o.request_timeout_s = static_cast<double>(count_of(a, value(), 1, 3600));
-      else if (a == "--export-dir")
-        o.export_dir = value();
-      else if (a == "--redis") {
-        o.redis = value();
+    examples::flags f(argc, argv);
+    while (f.next()) {
+      if (f.is("--model"))
+        o.model_dir = f.value();
+      else if (f.is("--models"))
+        models_file = f.value();
+      else if (f.is("--pool-collect-s"))
+        o.collect_interval_s = f.number(0.01, 3600);
+      else if (f.is("--model-name"))
+        o.model_name = f.value();
+      else if (f.is("--host"))
+        o.host = f.value();
+      else if (f.is("--port"))
+        o.port = static_cast<int>(f.integer(0, 65535));
+      else if (f.is("--precision"))
+        o.precision = f.value();
+      else if (f.is("--calibration"))
+        o.calibration = f.value();
+      else if (f.is("--max-batch"))
+        o.max_batch = f.integer(1, 4096);
+      else if (f.is("--max-batch-tokens"))
+        o.max_batch_tokens = f.integer(256, 1 << 24);
+      else if (f.is("--window-ms"))
+        o.window_ms = f.number(0, 10000);
+      else if (f.is("--max-queued"))
+        o.max_queued = f.integer(1, 1 << 24);
+      else if (f.is("--max-body-bytes"))
+        o.max_body_bytes = f.integer(64, 1ull << 30);
+      else if (f.is("--max-inputs"))
+        o.max_inputs = f.integer(1, 65536);
+      else if (f.is("--cache-entries"))
+        o.cache_entries = f.integer(0, 1ull << 30);
+      else if (f.is("--http-threads"))
+        o.http_threads = static_cast<int>(f.integer(1, 4096));
+      else if (f.is("--http-nice"))
+        http_nice = static_cast<int>(f.integer(0, 19));
+      else if (f.is("--model-threads"))
+        o.model_threads = f.integer(1, 256);
+      else if (f.is("--request-timeout-s"))
+        o.request_timeout_s = static_cast<double>(f.integer(1, 3600));
+      else if (f.is("--export-dir"))
+        o.export_dir = f.value();
+      else if (f.is("--redis")) {
+        o.redis = f.value();
         const auto colon = o.redis.rfind(':');
         if (colon == std::string::npos || colon == 0)
-          throw std::invalid_argument("--redis must be HOST:PORT, not \"" + o.redis + "\"");
-        (void)count_of("--redis's port", o.redis.substr(colon + 1), 1, 65535);
-      } else if (server::semantic_flag(o.semantic, a, value)) {
-      } else if (a == "--hourly-usd")
-        o.hourly_usd = value();
-      else if (a == "--token-file") {
-        const std::string path = value();
-        std::ifstream f(path);
-        if (!f || !std::getline(f, o.token) || o.token.empty())
-          throw std::invalid_argument("--token-file " + path + " cannot be read or is empty");
-      } else if (a == "--help" || a == "-h") {
+          throw examples::usage_error("--redis must be HOST:PORT, not \"" + o.redis + "\"");
+        (void)examples::integer_flag("--redis's port", o.redis.substr(colon + 1), 1, 65535);
+      } else if (server::semantic_flag(o.semantic, f)) {
+      } else if (f.is("--hourly-usd"))
+        o.hourly_usd = f.value();
+      else if (f.is("--token-file")) {
+        const std::string path = f.value();
+        const auto lines = examples::read_lines(path, "--token-file", 1);
+        if (lines.empty() || lines[0].empty())
+          throw examples::usage_error("--token-file " + path + ": is empty");
+        o.token = lines[0];
+      } else if (f.is("--help") || f.is("-h")) {
         std::printf(
             "usage: %s --model DIR [--host H] [--port N] [--precision P] [--max-batch N] [--max-queued N] "
             "[--cache-entries N] [--token-file FILE] [--export-dir DIR] ... (see the top of main.cpp)\n",
             argv[0]);
         return 0;
       } else {
-        throw std::invalid_argument("unknown argument \"" + a + "\"");
+        f.unknown();
       }
     }
-    (void)bert::parse_precision(o.precision);
+    (void)examples::encoder_precision(o.precision, "--precision");
     (void)frugal::cost::money::parse(o.hourly_usd);
     // The whole model config is checked here, before any work: every field, with its path.
     if (!models_file.empty())
       o.models = server::load_models_config(models_file, o.model_dir);
     else if (o.model_dir.empty())
-      throw std::invalid_argument("--model DIR (or --models FILE) is required");
+      throw examples::usage_error("--model DIR (or --models FILE) is required");
+    // The ledger's exports are written at shutdown: a directory they cannot go to is refused now.
+    if (!o.export_dir.empty()) examples::prepare_output_dir(o.export_dir);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "frugal_server: %s (see --help)\n", e.what());
     return 2;

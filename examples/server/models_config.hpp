@@ -19,21 +19,19 @@
 // budget_mb  what all loaded models may take together; default: the sum of every model's estimate
 //            (all fit). A load that does not fit unloads idle models, least recently used first.
 //
-// Everything is validated before any work, with the path of the bad field (models[1].precision);
-// unknown keys are errors, not ignored.
+// Everything is validated before any work, by examples/common/config.hpp, with the path of the bad field
+// (models[1].precision); unknown keys are errors, not ignored.
 #include <sys/stat.h>
 
 #include <cstddef>
 #include <fstream>
 #include <set>
-#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
-#include "bert.hpp"
+#include "../common/config.hpp"
+#include "../common/load_model.hpp"
 
 namespace server {
 
@@ -84,11 +82,7 @@ inline void finish_models_config(models_config& c, const std::string& default_di
       throw std::invalid_argument(at + "name: \"" + m.name + "\" must be 1-64 of [A-Za-z0-9._:-]");
     if (!names.insert(m.name).second)
       throw std::invalid_argument(at + "name: \"" + m.name + "\" is given twice");
-    try {
-      (void)bert::parse_precision(m.precision);
-    } catch (const std::exception& e) {
-      throw std::invalid_argument(at + "precision: " + e.what());
-    }
+    (void)examples::encoder_precision(m.precision, at + "precision");
     if (m.path.empty()) m.path = default_dir;
     if (m.path.empty()) throw std::invalid_argument(at + "path: not given, and no --model DIR either");
     for (const char* f : {"/config.json", "/vocab.txt", "/model.safetensors"}) {
@@ -106,63 +100,30 @@ inline void finish_models_config(models_config& c, const std::string& default_di
   if (!budget_given) c.budget_bytes = sum;
 }
 
-/// @brief Reads --models FILE (the format above); throws std::invalid_argument naming the file and the
+/// @brief Reads --models FILE (the format above); throws examples::config_error naming the file and the
 /// field's path.
 inline models_config load_models_config(const std::string& file, const std::string& default_dir) {
-  using json = nlohmann::json;
-  std::ifstream in(file);
-  if (!in) throw std::invalid_argument("--models " + file + ": cannot be opened");
-  std::stringstream text;
-  text << in.rdbuf();
-  const json j = json::parse(text.str(), nullptr, false);
-  const std::string where = "--models " + file + ": ";
-  if (j.is_discarded()) throw std::invalid_argument(where + "not valid JSON");
-  if (!j.is_object()) throw std::invalid_argument(where + "must be a JSON object");
+  const auto doc = examples::config_document::from_file(file, "--models");
+  examples::config_object root(doc);
   models_config c;
-  bool budget_given = false;
-  for (const auto& [key, v] : j.items()) {
-    if (key == "budget_mb") {
-      if (!v.is_number_unsigned() || v.get<std::uint64_t>() == 0 || v.get<std::uint64_t>() > (1ull << 30))
-        throw std::invalid_argument(where + "budget_mb: must be an integer in 1 .. 1073741824");
-      c.budget_bytes = static_cast<std::size_t>(v.get<std::uint64_t>()) << 20;
-      budget_given = true;
-    } else if (key == "models") {
-      if (!v.is_array()) throw std::invalid_argument(where + "models: must be an array");
-      for (std::size_t i = 0; i < v.size(); ++i) {
-        const json& e = v[i];
-        const std::string at = where + "models[" + std::to_string(i) + "]";
-        if (!e.is_object()) throw std::invalid_argument(at + ": must be an object");
-        model_entry m;
-        for (const auto& [k, f] : e.items()) {
-          const std::string field = at + "." + k;
-          if (k == "name" || k == "precision" || k == "path") {
-            if (!f.is_string()) throw std::invalid_argument(field + ": must be a string");
-            (k == "name" ? m.name : k == "precision" ? m.precision : m.path) = f.get<std::string>();
-          } else if (k == "pinned") {
-            if (!f.is_boolean()) throw std::invalid_argument(field + ": must be true or false");
-            m.pinned = f.get<bool>();
-          } else if (k == "idle_unload_s") {
-            if (!f.is_number()) throw std::invalid_argument(field + ": must be a number of seconds");
-            m.idle_unload_s = f.get<double>();
-          } else if (k == "estimated_mb") {
-            if (!f.is_number_unsigned() || f.get<std::uint64_t>() == 0 ||
-                f.get<std::uint64_t>() > (1ull << 30))
-              throw std::invalid_argument(field + ": must be an integer in 1 .. 1073741824");
-            m.estimated_bytes = static_cast<std::size_t>(f.get<std::uint64_t>()) << 20;
-          } else {
-            throw std::invalid_argument(field +
-                                        ": unknown key (name, precision, path, pinned, idle_unload_s, "
-                                        "estimated_mb)");
-          }
-        }
-        if (m.name.empty()) throw std::invalid_argument(at + ".name: is required");
-        c.models.push_back(std::move(m));
-      }
-    } else {
-      throw std::invalid_argument(where + key + ": unknown key (budget_mb, models)");
-    }
-  }
-  finish_models_config(c, default_dir, where, budget_given);
+  std::uint64_t budget_mb = 0;
+  root.get("budget_mb", budget_mb, std::uint64_t{1}, std::uint64_t{1} << 30);
+  c.budget_bytes = static_cast<std::size_t>(budget_mb) << 20;
+  root.each("models", [&](examples::config_object& e, std::size_t) {
+    model_entry m;
+    if (!e.has("name")) e.fail("name", "is required");
+    e.get("name", m.name);
+    e.get("precision", m.precision);
+    e.get("path", m.path);
+    e.get("pinned", m.pinned);
+    e.get("idle_unload_s", m.idle_unload_s, 0.0, 86400 * 365.0);
+    std::uint64_t estimated_mb = 0;
+    e.get("estimated_mb", estimated_mb, std::uint64_t{1}, std::uint64_t{1} << 30);
+    m.estimated_bytes = static_cast<std::size_t>(estimated_mb) << 20;
+    c.models.push_back(std::move(m));
+  });
+  root.finish();
+  finish_models_config(c, default_dir, "--models " + file + ": ", budget_mb != 0);
   return c;
 }
 

@@ -31,7 +31,7 @@
 #  include <frugal/semantic.hpp>
 #endif
 
-#include "flags.hpp"
+#include "../common/flags.hpp"
 
 #include <httplib.h>
 
@@ -48,20 +48,18 @@ struct semantic_route_options {
   std::size_t max_input_bytes = 4096;
 };
 
-/// @brief Parses @p a if it is one of the route's flags (taking its value from @p value); false if not.
-template <class Value>
-bool semantic_flag(semantic_route_options& o, const std::string& a, Value&& value) {
-  const auto number = [&](double lo, double hi) { return examples::number_flag(a, value(), lo, hi); };
-  if (a == "--semantic")
+/// @brief Reads the current flag of @p f if it is one of the route's flags; false if not.
+inline bool semantic_flag(semantic_route_options& o, examples::flags& f) {
+  if (f.is("--semantic"))
     o.enabled = true;
-  else if (a == "--semantic-threshold")
-    o.threshold = static_cast<float>(number(0.01, 1));
-  else if (a == "--semantic-entries")
-    o.entries = examples::integer_flag(a, value(), 1, 1u << 30);
-  else if (a == "--semantic-model-ms")
-    o.model_ms = number(0, 60000);
-  else if (a == "--semantic-gpu-usd")
-    o.gpu_usd = frugal::cost::money::parse(value()).to_decimal();
+  else if (f.is("--semantic-threshold"))
+    o.threshold = static_cast<float>(f.number(0.01, 1));
+  else if (f.is("--semantic-entries"))
+    o.entries = f.integer(1, 1u << 30);
+  else if (f.is("--semantic-model-ms"))
+    o.model_ms = f.number(0, 60000);
+  else if (f.is("--semantic-gpu-usd"))
+    o.gpu_usd = frugal::cost::money::parse(f.value()).to_decimal();
   else
     return false;
   return true;

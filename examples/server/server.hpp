@@ -36,6 +36,8 @@
 #include <frugal/frugal.hpp>
 #include <nlohmann/json.hpp>
 
+#include "../common/load_model.hpp"
+#include "../common/write.hpp"
 #include "bert.hpp"
 #include "models_config.hpp"
 #if FRUGAL_SERVER_WITH_REDIS
@@ -341,8 +343,8 @@ class app {
     if (sampler_.joinable()) sampler_.join();
     if (!opt_.export_dir.empty()) {
       const auto snap = ledger_.snapshot();
-      write_file(opt_.export_dir + "/ledger.prom", frugal::cost::to_prometheus(snap));
-      write_file(opt_.export_dir + "/ledger.json", frugal::cost::to_json(snap));
+      examples::write_file(opt_.export_dir + "/ledger.prom", frugal::cost::to_prometheus(snap));
+      examples::write_file(opt_.export_dir + "/ledger.json", frugal::cost::to_json(snap));
     }
   }
 
@@ -363,12 +365,6 @@ class app {
                    const char* param = nullptr, const char* type = "invalid_request_error") {
     res.status = status;
     res.set_content(error_body(message, type, param), "application/json");
-  }
-  static void write_file(const std::string& path, const std::string& text) {
-    std::ofstream f(path, std::ios::binary | std::ios::trunc);
-    f << text;
-    f.flush();
-    if (!f) throw std::runtime_error("cannot write " + path);
   }
 
   embedding lookup(const frugal::key128& key, frugal::cost::tag_id tag) {
@@ -708,16 +704,13 @@ class app {
 
   // The pool's loader: the encoder from spec.args (path, precision); its bytes as the encoder counts them.
   frugal::loaded_model<bert::encoder> load_model(const frugal::model_spec<>& spec) const {
-    bert::load_options lo{.weights = bert::parse_precision(spec.args.at("precision")),
-                          .threads = opt_.model_threads};
-    if (bert::needs_calibration(lo.weights)) {
-      std::ifstream in(opt_.calibration);
-      if (!in)
-        throw std::runtime_error("--calibration " + opt_.calibration + " cannot be opened (int8 needs it)");
-      for (std::string l; lo.calibration.size() < opt_.calibration_sentences && std::getline(in, l);)
-        lo.calibration.push_back(l);
-    }
-    auto e = std::make_unique<bert::encoder>(bert::encoder::load(spec.args.at("path"), lo));
+    auto e = std::make_unique<bert::encoder>(
+        examples::load_encoder({.dir = spec.args.at("path"),
+                                .precision = spec.args.at("precision"),
+                                .calibration = opt_.calibration,
+                                .calibration_sentences = opt_.calibration_sentences,
+                                .threads = opt_.model_threads,
+                                .precision_name = spec.name + ": precision"}));
     // The load's fp32 copies and calibration buffers are freed by now; give them back to the system, so that
     // the process holds about what the pool charges (int8: 97 -> 75 MiB resident, bench_pool_rss).
     ::malloc_trim(0);

@@ -1,7 +1,8 @@
 // The demo's config parsing: arbitrary text as a JSON config, optionally preceded by one command-line
-// override line ("--a.b=value\n"). Property: serve::apply_override and serve::parse_config either throw
-// a std::exception or return a config the demo can run: every duration converts to nanoseconds, every
-// count is positive, the price parses, and the batcher and cache accept the options it builds.
+// override line ("--a.b=value\n"). Property: examples::config_document (from_text, apply_override) and
+// demo::parse_config either throw a std::exception or return a config the demo can run: every duration
+// converts to nanoseconds, every count is positive, the price parses, and the batcher and cache accept the
+// options it builds.
 #include <fuzzer/FuzzedDataProvider.h>
 
 #include <chrono>
@@ -12,7 +13,7 @@
 #include <exception>
 #include <string>
 
-#include "serve.hpp"
+#include "demo.hpp"
 
 namespace {
 
@@ -34,12 +35,16 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* bytes, std::size_t siz
     override_arg = text.substr(0, nl);
     text = nl == std::string::npos ? std::string() : text.substr(nl + 1);
   }
-  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) j = nlohmann::json::object();
-  serve::config c;
+  demo::config c;
   try {
-    if (!override_arg.empty()) serve::apply_override(j, override_arg);
-    c = serve::parse_config(j);
+    examples::config_document doc(nlohmann::json::object());
+    try {
+      doc = examples::config_document::from_text(text, "fuzz");
+    } catch (const examples::config_error& e) {
+      if (std::string(e.what()).find("fuzz") == std::string::npos) fail("a parse error that names no origin");
+    }
+    if (!override_arg.empty()) doc.apply_override(override_arg);
+    c = demo::parse_config(doc);
   } catch (const std::exception& e) {
     if (std::string(e.what()).empty()) fail("an exception without a message");
     return 0;
@@ -57,8 +62,18 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* bytes, std::size_t siz
     if (p.kind == "idle" && !fits_ns(p.ms)) fail("idle phase ms", p.ms);
     if (p.kind != "closed" && p.kind != "poisson" && p.kind != "idle") fail("phase kind");
   }
+  if (c.accuracy_sample <= 0) fail("accuracy_sample", c.accuracy_sample);
+  for (int d : c.model.dims)
+    if (d <= 0 || d > 65536 || d % 128 != 0) fail("model.dims", d);
+  if (c.model.outlier_channels < 0 || c.model.outlier_channels > c.model.dims.front())
+    fail("model.outlier_channels", c.model.outlier_channels);
+  if (!(c.model.outlier_scale >= 1 && c.model.outlier_scale <= 1000))
+    fail("model.outlier_scale", c.model.outlier_scale);
   for (const auto& s : c.ladder) {
-    (void)serve::parse_precision(s.precision);  // throws if it was not checked
+    if (c.model_kind == "mlp")  // throws if it was not checked
+      (void)demo::parse_recipe(s.precision);
+    else
+      (void)bert::parse_precision(s.precision);
     if (s.policy != "fixed" && s.policy != "adaptive") fail("policy");
   }
   (void)frugal::cost::money::parse(c.gpu_hourly_usd);

@@ -234,5 +234,9 @@ TEST_CASE("bert: frugal_embed end to end: one JSON array per line in input order
   CHECK(run("--model " + model_dir() + " --input " + (dir / "missing.txt").string() + " --output " + out) ==
         1);
   CHECK(error_text().find("missing.txt") != std::string::npos);
+  // An output that cannot be written is refused before the model loads, naming it.
+  CHECK(run("--model " + model_dir() + " --input " + (dir / "in.txt").string() + " --output " +
+            dir.string()) == 1);
+  CHECK(error_text().find(dir.string() + ": cannot be written") != std::string::npos);
   fs::remove_all(dir);
 }

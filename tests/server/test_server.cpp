@@ -293,6 +293,35 @@ TEST_CASE("server: SIGTERM answers every accepted request, flushes the ledger's 
   fs::remove_all(dir);
 }
 
+TEST_CASE("server: an export it cannot write is refused at start, or at SIGTERM exits 1 naming the file" *
+          needs(model())) {
+  const fs::path dir = fs::temp_directory_path() / ("frugal_server_exports_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir / "exports");
+  { std::ofstream(dir / "a_file") << "x"; }
+  const std::string under_file = (dir / "a_file" / "exports").string();
+  {
+    child p({"/bin/sh", "-c", "exec \"$0\" \"$@\" 2>&1", FRUGAL_SERVER_EXE, "--model", model_dir(), "--port",
+             "0", "--export-dir", under_file});
+    std::string err;
+    for (std::string l; !(l = p.line()).empty();) err += l;
+    CHECK(p.wait_exit(std::chrono::seconds(20)) == 2);
+    CHECK(err.find(under_file) != std::string::npos);
+  }
+  // A directory where the ledger's file must go: the flush at SIGTERM fails, and says where.
+  fs::create_directories(dir / "exports" / "ledger.json");
+  child p({"/bin/sh", "-c", "exec \"$0\" \"$@\" 2>&1", FRUGAL_SERVER_EXE, "--model", model_dir(), "--port",
+           "0", "--precision", "fp32", "--export-dir", (dir / "exports").string()});
+  std::string err;
+  for (std::string l; (l = p.line()).rfind("listening on", 0) != 0; err += l)
+    REQUIRE_MESSAGE(!l.empty(), "the server exited before listening: " << err);
+  ::kill(p.pid(), SIGTERM);
+  for (std::string l; !(l = p.line()).empty();) err += l;
+  CHECK(p.wait_exit(std::chrono::seconds(30)) == 1);
+  CHECK(err.find((dir / "exports" / "ledger.json").string()) != std::string::npos);
+  fs::remove_all(dir);
+}
+
 TEST_CASE("server: overload is refused at once with 429 and Retry-After; every accepted request succeeds" *
           needs(model())) {
   server_proc s({"--max-queued", "4", "--window-ms", "50", "--max-batch", "4", "--http-threads", "48",

@@ -9,10 +9,10 @@
 #include <stdexcept>
 #include <vector>
 
+#include "demo.hpp"
 #include "frugal/batcher.hpp"
 #include "frugal/clock.hpp"
 #include "frugal/quant.hpp"
-#include "serve.hpp"
 
 using namespace std::chrono_literals;
 
@@ -53,23 +53,23 @@ TEST_CASE("batcher: a per-item fulfill or fail shows in stats at once") {
   batch->fulfill(2, 12);
 }
 
-TEST_CASE("serve: parse_config rejects numbers that do not fit their field") {
+TEST_CASE("demo: parse_config rejects numbers that do not fit their field") {
   // nlohmann's get<int>() static_casts a double, which is undefined behaviour out of int's range; the
   // field then held whatever the CPU produced (INT_MIN on x86). Found by fuzz_config under UBSan.
   auto cfg = nlohmann::json::parse(R"({"traffic": {"phases": [{"kind": "idle", "ms": 1}]}, "ladder": [{}]})");
-  CHECK_NOTHROW(serve::parse_config(cfg));
+  CHECK_NOTHROW(demo::parse_config(cfg));
   cfg["traffic"]["accuracy_sample"] = 1e10;
-  CHECK_THROWS_AS(serve::parse_config(cfg), std::invalid_argument);
+  CHECK_THROWS_AS(demo::parse_config(cfg), std::invalid_argument);
 }
 
-TEST_CASE("serve: parse_config rejects a window or latency target too long to express in nanoseconds") {
+TEST_CASE("demo: parse_config rejects a window or latency target too long to express in nanoseconds") {
   // window_ms = 1e300 passed parse_config (it only checks >= 0), and run_step's duration_cast to
   // nanoseconds then overflowed int64, which is undefined behaviour. Found by fuzz_config.
   auto cfg = nlohmann::json::parse(R"({"traffic": {"phases": [{"kind": "idle", "ms": 1}]}, "ladder": [{}]})");
   SUBCASE("window_ms") { cfg["batcher"]["window_ms"] = 1e300; }
   SUBCASE("latency_target_ms") { cfg["batcher"]["latency_target_ms"] = 1e300; }
   SUBCASE("idle ms") { cfg["traffic"]["phases"][0]["ms"] = 1e300; }
-  CHECK_THROWS_AS(serve::parse_config(cfg), std::invalid_argument);
+  CHECK_THROWS_AS(demo::parse_config(cfg), std::invalid_argument);
 }
 
 // Last: today it crashes the process, which would hide the results of the tests after it.

@@ -1,7 +1,7 @@
 // The GPU path when this build has no CUDA.
 #include "gpu_backend.hpp"
 
-namespace serve {
+namespace demo {
 
 bool gpu_available(std::string& why) {
   why = "this build has no CUDA (FRUGAL_ENABLE_CUDA=OFF or no toolkit)";
@@ -13,4 +13,4 @@ std::unique_ptr<gpu_backend> make_gpu_backend(bool, const std::vector<gpu_layer>
   return nullptr;
 }
 
-}  // namespace serve
+}  // namespace demo

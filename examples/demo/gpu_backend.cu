@@ -9,7 +9,7 @@
 
 #include "gpu_backend.hpp"
 
-namespace serve {
+namespace demo {
 namespace {
 
 namespace fc = frugal::cuda;
@@ -163,4 +163,4 @@ std::unique_ptr<gpu_backend> make_gpu_backend(bool int8, const std::vector<gpu_l
   }
 }
 
-}  // namespace serve
+}  // namespace demo

@@ -15,7 +15,7 @@
 #include "config.hpp"
 #include "load.hpp"
 
-namespace serve {
+namespace demo {
 
 struct step_result {
   std::string name, why, precision, policy, backend;
@@ -124,7 +124,7 @@ inline std::string describe_traffic(const config& cfg) {
 inline std::string format_report(const config& cfg, const std::vector<step_result>& rs) {
   std::ostringstream o;
   char line[640];
-  o << "frugal serve: " << cfg.model_name << " (" << rs.front().weight_bytes / (1 << 20)
+  o << "frugal demo: " << cfg.model_name << " (" << rs.front().weight_bytes / (1 << 20)
     << " MiB fp32 weights), "
     << "priced as " << cfg.gpu_name << " at $" << cfg.gpu_hourly_usd << "/h (paid while idle too)\n"
     << "each step serves " << describe_traffic(cfg) << "; throughput is over the closed-loop time\n\n";
@@ -179,4 +179,4 @@ inline std::string format_report(const config& cfg, const std::vector<step_resul
   return o.str();
 }
 
-}  // namespace serve
+}  // namespace demo

@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <fstream>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -17,13 +16,15 @@
 
 #include <frugal/frugal.hpp>
 
+#include "../common/corpus.hpp"
+#include "../common/load_model.hpp"
 #include "config.hpp"
 #include "load.hpp"
 #include "loop.hpp"
 #include "report.hpp"
 #include "served_model.hpp"
 
-namespace serve {
+namespace demo {
 
 /// One step of the ladder: a fresh serving loop (batcher, cache, ledger, worker) under the traffic.
 template <class Policy>
@@ -70,9 +71,23 @@ inline std::vector<step_result> run(const config& cfg, const progress_fn& progre
   input_pool pool;
   std::optional<bert::encoder> fp32_text;  // minilm: the reference, also served by the fp32 steps
   std::vector<std::string> calibration;
+  const auto source = [&](const std::string& precision) {
+    return examples::encoder_source{
+        .dir = cfg.model_path,
+        .precision = precision,
+        .calibration = cfg.calibration,
+        .calibration_sentences = static_cast<std::size_t>(cfg.calibration_sentences),
+        .threads = cfg.model_threads,
+        .precision_name = "precision",
+        .calibration_name = "model.calibration"};
+  };
   if (cfg.model_kind == "minilm") {
-    pool.texts = corpus_sentences(cfg.corpus, cfg.pool, cfg.model.seed);
-    fp32_text = bert::encoder::load(cfg.model_path, {.threads = cfg.model_threads});
+    try {
+      pool.texts = examples::sample_fortunes(cfg.corpus, static_cast<std::size_t>(cfg.pool), cfg.model.seed);
+    } catch (const std::runtime_error& e) {
+      throw std::runtime_error(std::string("traffic.corpus: ") + e.what() + " (traffic.pool)");
+    }
+    fp32_text = examples::load_encoder(source("fp32"));
     for (const auto& t : pool.texts) pool.ids.push_back(fp32_text->tokenize(t));
   } else {
     pool.rows = make_input_pool(cfg.pool, cfg.model.dims.front(), cfg.model.seed);
@@ -83,25 +98,16 @@ inline std::vector<step_result> run(const config& cfg, const progress_fn& progre
     auto& m = models[prec];
     if (m) return *m;
     if (cfg.model_kind == "minilm") {
-      bert::load_options opt{.weights = bert::parse_precision(prec), .threads = cfg.model_threads};
-      if (bert::needs_calibration(opt.weights)) {
-        std::ifstream in(cfg.calibration);
-        if (!in)
-          throw std::runtime_error("config: model.calibration \"" + cfg.calibration + "\" cannot be opened");
-        for (std::string l; std::getline(in, l) &&
-                            opt.calibration.size() < static_cast<std::size_t>(cfg.calibration_sentences);)
-          opt.calibration.push_back(l);
-      }
-      m = std::make_unique<bert_model>(opt.weights == bert::precision::fp32
+      m = std::make_unique<bert_model>(bert::parse_precision(prec) == bert::precision::fp32
                                            ? std::move(*fp32_text)
-                                           : bert::encoder::load(cfg.model_path, opt),
+                                           : examples::load_encoder(source(prec)),
                                        pool);
     } else {
-      const precision p = parse_precision(prec);
+      const recipe p = parse_recipe(prec);
       std::unique_ptr<gpu_backend> gpu;
-      if (cfg.device != "cpu" && (p == precision::fp32 || p == precision::w8a8)) {
+      if (cfg.device != "cpu" && (p == recipe::fp32 || p == recipe::w8a8)) {
         std::string why;
-        gpu = make_gpu_backend(p == precision::w8a8, mlp(cfg.model, p).export_layers(), why);
+        gpu = make_gpu_backend(p == recipe::w8a8, mlp(cfg.model, p).export_layers(), why);
         if (!gpu && cfg.device == "gpu") throw std::runtime_error("config: device is gpu but " + why);
       }
       m = std::make_unique<mlp_model>(cfg.model, p, pool, std::move(gpu));
@@ -131,4 +137,4 @@ inline std::vector<step_result> run(const config& cfg, const progress_fn& progre
   return out;
 }
 
-}  // namespace serve
+}  // namespace demo

@@ -1,15 +1,11 @@
 #pragma once
 
 // What the demo's inference loop calls: a model over a pool of inputs, named by index. Two kinds:
-//   minilm  all-MiniLM-L6-v2 (examples/models/bert.hpp) over real sentences, a batch's cost in tokens;
+//   minilm  all-MiniLM-L6-v2 (examples/models/bert.hpp) over short fortunes, a request's cost in tokens;
 //   mlp     the synthetic 4-layer MLP (model.hpp) over random vectors, a request's cost 1.
 #include <algorithm>
 #include <cstdint>
-#include <filesystem>
-#include <fstream>
 #include <memory>
-#include <random>
-#include <set>
 #include <span>
 #include <string>
 #include <vector>
@@ -19,7 +15,7 @@
 #include "bert.hpp"
 #include "model.hpp"
 
-namespace serve {
+namespace demo {
 
 /// @brief The traffic's inputs: MLP vectors, or sentences with their token ids.
 struct input_pool {
@@ -47,7 +43,7 @@ class served_model {
 
 class mlp_model final : public served_model {
  public:
-  mlp_model(const model_config& cfg, precision p, const input_pool& pool, std::unique_ptr<gpu_backend> gpu)
+  mlp_model(const model_config& cfg, recipe p, const input_pool& pool, std::unique_ptr<gpu_backend> gpu)
       : model_(cfg, p), pool_(&pool), gpu_(std::move(gpu)) {}
   std::string precision_name() const override { return name(model_.kind()); }
   std::string backend() const override { return gpu_ ? gpu_->describe() : precision_name() + " on the CPU"; }
@@ -103,34 +99,4 @@ class bert_model final : public served_model {
   const input_pool* pool_;
 };
 
-/// @brief `count` distinct lines of the fortunes corpus (Debian's `fortunes`), of at least 20 bytes,
-/// in a seeded shuffled order. Throws naming the directory when it has no such lines.
-inline std::vector<std::string> corpus_sentences(const std::string& dir, int count, std::uint64_t seed) {
-  namespace fs = std::filesystem;
-  std::set<std::string> lines;
-  std::error_code ec;
-  std::vector<fs::path> files;
-  for (const auto& e : fs::directory_iterator(dir, ec))
-    if (e.is_regular_file() && e.path().extension() != ".dat" && e.path().extension() != ".u8")
-      files.push_back(e.path());
-  if (ec)
-    throw std::runtime_error("config: traffic.corpus \"" + dir + "\": " + ec.message() +
-                             " (Debian's fortunes package)");
-  std::sort(files.begin(), files.end());
-  for (const auto& f : files) {
-    std::ifstream in(f);
-    for (std::string l; std::getline(in, l);)
-      if (l.size() >= 20 && l != "%") lines.insert(l);
-  }
-  if (lines.size() < static_cast<std::size_t>(count))
-    throw std::runtime_error(
-        "config: traffic.corpus \"" + dir + "\" has " + std::to_string(lines.size()) +
-        " distinct lines of >= 20 bytes, fewer than traffic.pool = " + std::to_string(count));
-  std::vector<std::string> out(lines.begin(), lines.end());
-  std::mt19937_64 rng(seed ^ 0x5bd1e995ull);
-  std::shuffle(out.begin(), out.end(), rng);
-  out.resize(static_cast<std::size_t>(count));
-  return out;
-}
-
-}  // namespace serve
+}  // namespace demo

@@ -10,7 +10,7 @@
 
 #include <frugal/quant.hpp>
 
-namespace serve {
+namespace demo {
 
 struct gpu_layer {
   int in = 0, out = 0;
@@ -36,4 +36,4 @@ std::unique_ptr<gpu_backend> make_gpu_backend(bool int8, const std::vector<gpu_l
 /// Whether a CUDA device can be used, and if not, why.
 bool gpu_available(std::string& why);
 
-}  // namespace serve
+}  // namespace demo

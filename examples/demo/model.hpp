@@ -14,30 +14,32 @@
 
 #include "gpu_backend.hpp"
 
-namespace serve {
+namespace demo {
 
 using matrix = frugal::quant::row_matrix;
 
-enum class precision { fp32, w8a8, w8a16, w4a16 };
+/// @brief How the MLP's layers are served: the weight format and the kernels that run it. The encoder's
+/// own precisions (examples/models/bert.hpp) are another set: fp16 and the int8 variants are its alone,
+/// w8a16 is the MLP's alone.
+enum class recipe { fp32, w8a8, w8a16, w4a16 };
 
-inline precision parse_precision(const std::string& s) {
-  if (s == "fp32") return precision::fp32;
-  if (s == "int8" || s == "w8a8") return precision::w8a8;
-  if (s == "w8a16" || s == "int8-weight-only") return precision::w8a16;
-  if (s == "w4a16" || s == "int4" || s == "int4-weight-only") return precision::w4a16;
-  throw std::invalid_argument("config: precision \"" + s +
-                              "\" is not one of fp32, int8 (w8a8), w8a16, w4a16");
+inline recipe parse_recipe(const std::string& s) {
+  if (s == "fp32") return recipe::fp32;
+  if (s == "int8" || s == "w8a8") return recipe::w8a8;
+  if (s == "w8a16" || s == "int8-weight-only") return recipe::w8a16;
+  if (s == "w4a16" || s == "int4" || s == "int4-weight-only") return recipe::w4a16;
+  throw std::invalid_argument("\"" + s + "\" is not one of fp32, int8 (w8a8), w8a16, w4a16");
 }
 
-inline const char* name(precision p) {
+inline const char* name(recipe p) {
   switch (p) {
-    case precision::fp32:
+    case recipe::fp32:
       return "fp32";
-    case precision::w8a8:
+    case recipe::w8a8:
       return "int8 W8A8";
-    case precision::w8a16:
+    case recipe::w8a16:
       return "int8 weight-only";
-    case precision::w4a16:
+    case recipe::w4a16:
       return "int4 weight-only";
   }
   return "?";
@@ -74,7 +76,7 @@ inline void bias_gelu_inplace(matrix& x, const std::vector<float>& bias, bool ge
 
 class mlp {
  public:
-  mlp(const model_config& cfg, precision p) : cfg_(cfg), precision_(p) {
+  mlp(const model_config& cfg, recipe p) : cfg_(cfg), recipe_(p) {
     if (cfg.dims.size() < 2) throw std::invalid_argument("config: model.dims needs at least two sizes");
     for (int d : cfg.dims)
       if (d <= 0 || d % 128 != 0)
@@ -98,21 +100,21 @@ class mlp {
 
   int input_dim() const { return cfg_.dims.front(); }
   int output_dim() const { return cfg_.dims.back(); }
-  precision kind() const { return precision_; }
+  recipe kind() const { return recipe_; }
 
-  /// Weight bytes as deployed at this precision (with scales).
+  /// Weight bytes as deployed in this recipe (with scales).
   std::size_t weight_bytes() const {
     std::size_t b = 0;
     for (const auto& l : layers_) {
-      switch (precision_) {
-        case precision::fp32:
+      switch (recipe_) {
+        case recipe::fp32:
           b += static_cast<std::size_t>(l.w.size()) * sizeof(float);
           break;
-        case precision::w8a8:
-        case precision::w8a16:
+        case recipe::w8a8:
+        case recipe::w8a16:
           b += l.w8.memory_bytes();
           break;
-        case precision::w4a16:
+        case recipe::w4a16:
           b += l.w4.memory_bytes();
           break;
       }
@@ -129,8 +131,8 @@ class mlp {
       g.in = cfg_.dims[l];
       g.out = cfg_.dims[l + 1];
       g.bias = L.bias;
-      if (precision_ == precision::fp32) g.w.assign(L.w.data(), L.w.data() + L.w.size());
-      if (precision_ == precision::w8a8) {
+      if (recipe_ == recipe::fp32) g.w.assign(L.w.data(), L.w.data() + L.w.size());
+      if (recipe_ == recipe::w8a8) {
         g.w8 = L.w8.data;
         g.w8_scales = L.w8.scales;
       }
@@ -141,7 +143,7 @@ class mlp {
 
   /// Runs rows of x (batch x input_dim) through every layer.
   matrix forward(const matrix& x) const {
-    if (precision_ == precision::fp32 && x.rows() > 1) return forward_fp32_batched(x);
+    if (recipe_ == recipe::fp32 && x.rows() > 1) return forward_fp32_batched(x);
     matrix a, b;  // ping-pong buffers; the input is read in place, not copied
     const matrix* h = &x;
     for (std::size_t l = 0; l < layers_.size(); ++l) {
@@ -149,21 +151,21 @@ class mlp {
       const auto act = last ? frugal::quant::activation_kind::none : frugal::quant::activation_kind::gelu;
       const layer& L = layers_[l];
       matrix& next = h == &a ? b : a;
-      switch (precision_) {
-        case precision::fp32:
+      switch (recipe_) {
+        case recipe::fp32:
           // One request: a matrix-vector product that streams the weights once (memory-bound).
           next.noalias() = *h * L.w.transpose();
           bias_gelu_inplace(next, L.bias, !last);
           break;
-        case precision::w8a8: {
+        case recipe::w8a8: {
           auto qa = frugal::quant::quantize_rows(*h);
           frugal::quant::gemm_w8a8(qa, L.w8, next, {.bias = L.bias, .activation = act});
           break;
         }
-        case precision::w8a16:
+        case recipe::w8a16:
           frugal::quant::gemm_weight_only(*h, L.w8, next, {.bias = L.bias, .activation = act});
           break;
-        case precision::w4a16:
+        case recipe::w4a16:
           frugal::quant::gemm_weight_only(*h, L.w4, next, {.bias = L.bias, .activation = act});
           break;
       }
@@ -205,15 +207,15 @@ class mlp {
   layer make_layer(matrix w, std::vector<float> bias) const {
     layer l;
     l.bias = std::move(bias);
-    switch (precision_) {
-      case precision::fp32:
+    switch (recipe_) {
+      case recipe::fp32:
         l.w = std::move(w);
         break;
-      case precision::w8a8:
-      case precision::w8a16:
+      case recipe::w8a8:
+      case recipe::w8a16:
         l.w8 = frugal::quant::quantize_weights_per_channel(w);
         break;
-      case precision::w4a16:
+      case recipe::w4a16:
         l.w4 = frugal::quant::quantize_int4(w, {.group_size = 128});
         break;
     }
@@ -221,7 +223,7 @@ class mlp {
   }
 
   model_config cfg_;
-  precision precision_;
+  recipe recipe_;
   std::vector<layer> layers_;
 };
 
@@ -235,4 +237,4 @@ inline matrix make_input_pool(int count, int dim, std::uint64_t seed) {
   return x;
 }
 
-}  // namespace serve
+}  // namespace demo

@@ -19,7 +19,7 @@
 #include "config.hpp"
 #include "loop.hpp"
 
-namespace serve {
+namespace demo {
 
 /// One request of the traffic: which pooled input, and when (open-loop phases).
 struct planned_request {
@@ -245,4 +245,4 @@ load_result generate_load(const shared_inputs& in, const std::string& step_name,
   return r;
 }
 
-}  // namespace serve
+}  // namespace demo
