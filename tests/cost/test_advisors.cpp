@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "frugal/cost.hpp"
+#include "frugal/job/failover.hpp"
 
 using namespace std::chrono_literals;
 namespace fc = frugal::cost;
@@ -278,4 +279,18 @@ TEST_CASE("advisors: advise_batch_window refuses a non-finite rate or model and 
     CHECK(a.batch_time == ns::max());
     CHECK(a.worst_latency == ns::max());
   }
+}
+
+TEST_CASE("advisors: advise_failover counts preemptions across a clock's whole range without overflowing") {
+  using tp = std::chrono::steady_clock::time_point;
+  const std::vector<tp> preemptions = {tp::min(), tp::min(), tp::max(), tp::max() - 1min, tp::max() - 2h};
+  const auto price = money::parse("$1.00");
+  const auto a = frugal::job::advise_failover<tp>(preemptions, tp::max(), price, {.max_preemptions = 2});
+  CHECK(a.preemptions_in_window == 2);
+  CHECK(a.use_on_demand);
+  const auto b = frugal::job::advise_failover<tp>(preemptions, tp::min(), price, {.window = ns::max()});
+  CHECK(b.preemptions_in_window == 2);
+  // From the epoch, tp::min() is 2^63 ns back: one past the longest window.
+  const auto c = frugal::job::advise_failover<tp>(preemptions, tp(), price, {.window = ns::max()});
+  CHECK(c.preemptions_in_window == 0);
 }
