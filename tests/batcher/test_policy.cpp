@@ -227,3 +227,59 @@ TEST_CASE("policy: adaptive refuses non-finite options, naming them") {
   (void)p.wait_for({.now = ns_max, .queued = 1, .max_batch = 2, .arrivals = 1});
   CHECK(p.arrival_rate() >= 0);
 }
+
+TEST_CASE(
+    "batcher: adaptive fed a maximal reported duration still batches requests without a deadline and "
+    "sheds only those with one") {
+  frugal::manual_clock clk;
+  frugal::batcher<int, int, frugal::adaptive, frugal::manual_clock> b{
+      {.max_batch = 4}, clk, frugal::adaptive{{.latency_target = 100ms}}};
+  auto warmup = b.submit(0);
+  auto first = b.try_next_batch();
+  REQUIRE(first);
+  first->report_duration(ns_max);
+  first->fulfill({0});
+  CHECK(b.policy().expected_run_time(1) == ns_max);
+  auto hopeless = b.submit(2, {.deadline = clk.now() + 1h});
+  auto no_deadline = b.submit(1);
+  auto batch = b.try_next_batch();
+  REQUIRE(batch);
+  REQUIRE(batch->size() == 1);
+  CHECK(batch->requests()[0] == 1);
+  REQUIRE(hopeless.wait_for(0s) == std::future_status::ready);
+  try {
+    hopeless.get();
+    FAIL("a hopeless request ran");
+  } catch (const frugal::batch_error& e) {
+    CHECK(e.code() == frugal::batch_errc::deadline_exceeded);
+  }
+  batch->fulfill({10});
+  CHECK(no_deadline.get() == 10);
+}
+
+TEST_CASE(
+    "batcher: a clock that jumps between the ends of its range neither overflows nor expires a request "
+    "without a deadline") {
+  using tp = frugal::manual_clock::time_point;
+  frugal::manual_clock clk{tp::max() - 1ns};
+  frugal::batcher<int, int, frugal::fixed_window, frugal::manual_clock> b{{.window = 1h, .max_batch = 4},
+                                                                          clk};
+  auto early = b.submit(1);
+  clk.set(tp::min());  // the oldest request now arrived "after" now, by the whole range
+  CHECK_FALSE(b.try_next_batch());
+  REQUIRE(b.next_due());
+  CHECK(*b.next_due() > tp::min());  // not due: the window has not passed
+  clk.set(tp::max());                // the time every request without a deadline has as its deadline
+  CHECK(b.sweep() == 0);
+  CHECK_FALSE(b.try_next_batch());
+  auto late = b.submit(2);
+  CHECK(late.wait_for(0s) != std::future_status::ready);
+  CHECK(b.stats().failed.deadline_exceeded == 0);
+  b.close();
+  auto batch = b.try_next_batch();
+  REQUIRE(batch);
+  CHECK(batch->size() == 2);
+  batch->fulfill({10, 20});
+  CHECK(early.get() == 10);
+  CHECK(late.get() == 20);
+}
