@@ -17,6 +17,7 @@
 #include "frugal/batcher/errors.hpp"
 #include "frugal/batcher/options.hpp"
 #include "frugal/batcher/policy.hpp"
+#include "frugal/detail/saturating.hpp"
 #include "frugal/namespace.hpp"
 
 FRUGAL_BEGIN_NAMESPACE
@@ -72,9 +73,7 @@ class basic_batch {
   /// @brief When a worker got it, on the batcher's clock.
   time_point handed_out() const noexcept { return f_.handed_out; }
   /// @brief How long its oldest request waited in the queue.
-  std::chrono::nanoseconds queue_wait() const noexcept {
-    return std::chrono::duration_cast<std::chrono::nanoseconds>(f_.handed_out - f_.oldest);
-  }
+  std::chrono::nanoseconds queue_wait() const noexcept { return elapsed_ns(f_.oldest, f_.handed_out); }
   /// @brief Its id, size, bucket, cost, max_batch and queue wait, e.g. for a cost ledger.
   batch_info info() const noexcept { return {f_.id, size(), f_.bucket, f_.cost, f_.max_batch, queue_wait()}; }
   /// @brief Requests not yet resolved.
@@ -104,7 +103,7 @@ class basic_batch {
     buffers& b = *f_.buf;
     const time_point now = f_.core->clock.now();
     b.state[i] = request_state::resolved;
-    b.latency[i] = std::chrono::duration_cast<std::chrono::nanoseconds>(now - b.arrival[i]).count();
+    b.latency[i] = elapsed_ns(b.arrival[i], now).count();
     if (f_.pending > 1)
       account_item_now(i, &core_type::completed);
     else
@@ -213,8 +212,7 @@ class basic_batch {
     for (std::size_t i = 0; i < n; ++i) {
       if (b.state[i] != request_state::pending) continue;
       b.state[i] = request_state::resolving;
-      if (completed)
-        b.latency[i] = std::chrono::duration_cast<std::chrono::nanoseconds>(now - b.arrival[i]).count();
+      if (completed) b.latency[i] = elapsed_ns(b.arrival[i], now).count();
       ++counter;
     }
     f_.pending = 0;
@@ -233,8 +231,9 @@ class basic_batch {
   void finish(time_point now) {
     core_type& c = *f_.core;
     buffers& b = *f_.buf;
-    const auto run_time = std::chrono::duration_cast<std::chrono::nanoseconds>(
-        f_.reported ? *f_.reported : static_cast<duration>(now - f_.handed_out));
+    const std::chrono::nanoseconds run_time = f_.reported
+                                                  ? saturating_cast<std::chrono::nanoseconds>(*f_.reported)
+                                                  : elapsed_ns(f_.handed_out, now);
     {
       std::lock_guard g(c.sm);
       c.completed += f_.counts.completed;
@@ -244,8 +243,7 @@ class basic_batch {
       ++c.finished_batches;
       c.run_time_sum = saturating_add_ns(c.run_time_sum, run_time.count());
       for (std::size_t i = 0; i < b.arrival.size(); ++i) {
-        c.queue_wait.record(
-            std::chrono::duration_cast<std::chrono::nanoseconds>(f_.handed_out - b.arrival[i]).count());
+        c.queue_wait.record(elapsed_ns(b.arrival[i], f_.handed_out).count());
         if (b.latency[i] >= 0 && b.state[i] != request_state::counted) c.end_to_end.record(b.latency[i]);
       }
       c.in_flight.fetch_sub(b.arrival.size() - f_.accounted, std::memory_order_relaxed);

@@ -108,7 +108,7 @@ class batcher {
       err = batch_errc::closed;
     } else if (o.stop.stop_requested()) {
       err = batch_errc::cancelled;
-    } else if (o.deadline <= now) {
+    } else if (ops::expired(o.deadline, now)) {
       err = batch_errc::deadline_exceeded;
     } else if (!ops::has_room(c, o.weight)) {
       if (c.opt.on_overflow == overflow::reject) {

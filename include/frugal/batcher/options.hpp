@@ -59,6 +59,7 @@ struct basic_submit_options {
   /// The request's cost against max_batch_cost and max_queued_cost (e.g. its token count).
   std::uint64_t weight = 1;
   /// If the request is still queued at this time it fails with deadline_exceeded and never runs.
+  /// TimePoint::max(), the default, means no deadline: such a request never fails for its deadline.
   TimePoint deadline = TimePoint::max();
   /// Stopping it cancels the request while it is queued (it fails with cancelled and never runs). The
   /// batcher notices at its next look at the queue: when a worker asks for or cuts a batch, or on sweep().

@@ -9,19 +9,10 @@
 #include <limits>
 #include <stdexcept>
 
+#include "frugal/detail/saturating.hpp"
 #include "frugal/namespace.hpp"
 
 FRUGAL_BEGIN_NAMESPACE
-
-namespace detail {
-// A time in nanoseconds computed in double, as a duration: NaN and negatives give 0, and values beyond
-// the int64 range saturate (the plain cast is undefined there, e.g. a learned slope times a large n).
-inline std::chrono::nanoseconds clamp_ns(double ns) noexcept {
-  if (!(ns > 0)) return std::chrono::nanoseconds::zero();
-  if (ns >= 0x1p63) return std::chrono::nanoseconds::max();
-  return std::chrono::nanoseconds(static_cast<std::int64_t>(ns));
-}
-}  // namespace detail
 
 /// @brief What a policy sees when the batcher asks whether a partial batch should go now. The batcher
 /// itself dispatches a full batch (max_batch or max_batch_cost reached) and everything after close().
@@ -73,7 +64,9 @@ concept predicting_policy = batch_policy<P> && requires(const P& p, std::size_t 
 
 /// @brief A batch goes when it is full or its oldest request has waited options.window.
 struct fixed_window {
-  std::chrono::nanoseconds wait_for(const policy_view& v) const noexcept { return v.window - v.oldest_wait; }
+  std::chrono::nanoseconds wait_for(const policy_view& v) const noexcept {
+    return detail::saturating_sub(v.window, v.oldest_wait);
+  }
 };
 
 /// @brief Settings of the adaptive policy. Only latency_target is meant to be set.
@@ -107,7 +100,8 @@ class adaptive {
       throw std::invalid_argument("frugal::adaptive: options.latency_target must be > 0");
     if (!(o_.safety > 0 && o_.safety <= 1))
       throw std::invalid_argument("frugal::adaptive: options.safety must be in (0, 1]");
-    if (!(o_.headroom >= 1)) throw std::invalid_argument("frugal::adaptive: options.headroom must be >= 1");
+    if (!(o_.headroom >= 1) || !std::isfinite(o_.headroom))
+      throw std::invalid_argument("frugal::adaptive: options.headroom must be finite and >= 1");
     if (!(o_.learning_rate > 0 && o_.learning_rate <= 1))
       throw std::invalid_argument("frugal::adaptive: options.learning_rate must be in (0, 1]");
     if (o_.rate_horizon < std::chrono::nanoseconds::zero())
@@ -128,7 +122,10 @@ class adaptive {
   }
 
   void on_batch_done(const batch_report& r) noexcept {
-    const double n = static_cast<double>(r.size), t = static_cast<double>(r.run_time.count());
+    // A negative run time (a clock that stepped back during the batch) counts as 0: a negative fit would
+    // predict batches that finish before they start.
+    const double n = static_cast<double>(r.size),
+                 t = static_cast<double>(std::max<std::int64_t>(0, r.run_time.count()));
     const double keep = samples_ == 0 ? 0.0 : 1 - o_.learning_rate;
     sw_ = sw_ * keep + 1;
     sn_ = sn_ * keep + n;
@@ -173,16 +170,20 @@ class adaptive {
 
  private:
   void observe_arrivals(const policy_view& v) noexcept {
-    if (!rate_started_) {
+    // A clock that stepped back, or an arrival count that went down, restarts the measurement from here:
+    // the difference means nothing, and waiting for the clock to pass the old time would freeze the rate.
+    if (!rate_started_ || v.now < last_now_ || v.arrivals < last_arrivals_) {
       rate_started_ = true;
       last_now_ = v.now;
       last_arrivals_ = v.arrivals;
       return;
     }
-    const double dt = static_cast<double>((v.now - last_now_).count());
+    const double dt = static_cast<double>(detail::saturating_sub(v.now, last_now_).count());
     if (dt <= 0) return;
-    const double horizon =
-        static_cast<double>((o_.rate_horizon.count() > 0 ? o_.rate_horizon : 2 * o_.latency_target).count());
+    const std::chrono::nanoseconds h = o_.rate_horizon.count() > 0
+                                           ? o_.rate_horizon
+                                           : detail::saturating_add(o_.latency_target, o_.latency_target);
+    const double horizon = static_cast<double>(h.count());
     // An exponential kernel over arrivals: each arrival adds 1/horizon, old ones fade with e^(-dt/horizon).
     const double fade = std::exp(-dt / horizon);
     rate_ = rate_ * fade + static_cast<double>(v.arrivals - last_arrivals_) / horizon;

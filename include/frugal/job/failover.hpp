@@ -12,6 +12,7 @@
 
 #include "frugal/cost/advisors.hpp"
 #include "frugal/cost/money.hpp"
+#include "frugal/detail/saturating.hpp"
 #include "frugal/namespace.hpp"
 
 FRUGAL_BEGIN_NAMESPACE
@@ -49,7 +50,7 @@ failover_advice advise_failover(std::span<const TimePoint> preemptions, TimePoin
                                 "spot_price and policy.price_ceiling are in different currencies");
   failover_advice a;
   for (const TimePoint& t : preemptions)
-    if (t <= now && now - t < p.window) ++a.preemptions_in_window;
+    if (t <= now && frugal::detail::elapsed_ns(t, now) < p.window) ++a.preemptions_in_window;
   if (a.preemptions_in_window >= p.max_preemptions) {
     a.use_on_demand = true;
     a.reason = std::to_string(a.preemptions_in_window) + " preemptions within the window (limit " +

@@ -7,7 +7,8 @@
 // or a histogram. compute_params() is std::invalid_argument naming the channel when a channel has seen
 // no finite value at all (it used to get scale 1 silently). Finite values up to +-FLT_MAX are exact:
 // the histogram observers keep their range in double, so doubling it past FLT_MAX does not make it Inf,
-// and the clip ranges they return are clamped to +-FLT_MAX.
+// and the clip ranges they return are clamped to +-FLT_MAX. An empty batch (0 rows or 0 columns) changes
+// nothing: it is not counted, and it neither sets nor checks the number of channels.
 
 #include <algorithm>
 #include <cmath>
@@ -57,10 +58,13 @@ class observer_base {
   std::size_t channels() const noexcept { return channels_; }
 
  protected:
-  // Calls f(channel, value) for every finite value and sizes the channels on the first batch.
+  // Calls f(channel, value) for every finite value and sizes the channels on the first batch. An empty
+  // batch (no row or no column) carries no data and no trustworthy shape: it changes nothing, and visit
+  // returns false so that the caller skips it too.
   template <class F>
-  void visit(std::span<const float> x, std::size_t rows, std::size_t cols, F&& f) {
+  bool visit(std::span<const float> x, std::size_t rows, std::size_t cols, F&& f) {
     check_data_size(x.size(), rows, cols, who_);
+    if (x.empty()) return false;
     const std::size_t ch = opt_.granularity == granularity::per_tensor ? 1 : opt_.axis == 0 ? rows : cols;
     if (stats_.batches == 0) {
       channels_ = ch;
@@ -79,6 +83,7 @@ class observer_base {
         ++stats_.values;
         f(opt_.granularity == granularity::per_tensor ? 0 : opt_.axis == 0 ? r : c, v);
       }
+    return true;
   }
 
   void check_scheme(const scheme& s) const {
@@ -128,7 +133,7 @@ class minmax_observer : public detail::observer_base {
   void observe(std::span<const float> x, std::size_t rows, std::size_t cols) {
     std::vector<float> lo, hi;
     const bool first = stats_.batches == 0;
-    visit(x, rows, cols, [&](std::size_t c, float v) {
+    const bool seen = visit(x, rows, cols, [&](std::size_t c, float v) {
       if (lo.empty()) {
         lo.assign(channels_, std::numeric_limits<float>::infinity());
         hi.assign(channels_, -std::numeric_limits<float>::infinity());
@@ -136,6 +141,7 @@ class minmax_observer : public detail::observer_base {
       lo[c] = std::min(lo[c], v);
       hi[c] = std::max(hi[c], v);
     });
+    if (!seen) return;
     if (lo.empty()) {
       lo.assign(channels_, std::numeric_limits<float>::infinity());
       hi.assign(channels_, -std::numeric_limits<float>::infinity());
@@ -238,14 +244,20 @@ class histogram_observer_base : public observer_base {
       throw std::invalid_argument(std::string(who) + ": options.bins must be even and in [8, " +
                                   std::to_string(max_bins) + "], not " + std::to_string(bins_));
   }
+  // Virtual like minmax_observer's: destroying an observer kept by value in a std::variant or a container
+  // otherwise trips clang's -Wdelete-non-abstract-non-virtual-dtor in users' -Werror builds.
+  virtual ~histogram_observer_base() = default;
+  histogram_observer_base(const histogram_observer_base&) = default;
+  histogram_observer_base& operator=(const histogram_observer_base&) = default;
   void observe(std::span<const float> x, std::size_t rows, std::size_t cols) {
     // First pass: the batch's per-channel absmax, to grow the ranges before binning.
     std::vector<float> amax;
     const observer_stats before = stats_;
-    visit(x, rows, cols, [&](std::size_t c, float v) {
+    const bool seen = visit(x, rows, cols, [&](std::size_t c, float v) {
       if (amax.empty()) amax.assign(channels_, 0.0f);
       amax[c] = std::max(amax[c], std::abs(v));
     });
+    if (!seen) return;
     stats_ = before;
     if (hist_.empty()) {
       hist_.assign(channels_, std::vector<double>(2 * bins_, 0.0));

@@ -24,6 +24,7 @@
 #include "frugal/batcher/light_future.hpp"
 #include "frugal/batcher/options.hpp"
 #include "frugal/batcher/policy.hpp"
+#include "frugal/detail/saturating.hpp"
 #include "frugal/namespace.hpp"
 
 FRUGAL_BEGIN_NAMESPACE
@@ -118,9 +119,13 @@ struct batcher_ops {
   }
 
   static time_point later(time_point now, std::chrono::nanoseconds d) {
-    const auto room = std::chrono::duration_cast<std::chrono::nanoseconds>(time_point::max() - now);
-    if (d >= room) return time_point::max();
-    return now + std::chrono::duration_cast<duration>(d);
+    return frugal::detail::saturating_add(now, d);
+  }
+
+  // time_point::max() is the deadline of a request without one: it never expires, even when the clock
+  // reads max() or a predicted finish saturates there.
+  static bool expired(time_point deadline, time_point t) {
+    return deadline != time_point::max() && deadline <= t;
   }
 
   // Counts a thread into a blocking call (enter, under c.m) and out of it at the end of its scope,
@@ -153,7 +158,7 @@ struct batcher_ops {
   }
 
   static std::optional<batch_errc> ineligible(const node& x, time_point now) {
-    if (x.deadline <= now) return batch_errc::deadline_exceeded;
+    if (expired(x.deadline, now)) return batch_errc::deadline_exceeded;
     if (x.stop.stop_requested()) return batch_errc::cancelled;
     return std::nullopt;
   }
@@ -184,10 +189,9 @@ struct batcher_ops {
     for (auto& level : c.levels)
       if (!level.empty() && level.front().arrival < oldest) oldest = level.front().arrival;
     policy_view v;
-    v.now = std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch());
-    v.oldest_wait = oldest == time_point::max()
-                        ? std::chrono::nanoseconds::zero()
-                        : std::chrono::duration_cast<std::chrono::nanoseconds>(now - oldest);
+    v.now = frugal::detail::saturating_cast<std::chrono::nanoseconds>(now.time_since_epoch());
+    v.oldest_wait = oldest == time_point::max() ? std::chrono::nanoseconds::zero()
+                                                : frugal::detail::elapsed_ns(oldest, now);
     v.queued = c.live;
     v.queued_cost = c.live_cost;
     v.max_batch = c.cap;
