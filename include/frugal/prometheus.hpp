@@ -18,7 +18,7 @@
 #include <utility>
 #include <vector>
 
-#include "frugal/config.hpp"
+#include "frugal/namespace.hpp"
 
 FRUGAL_BEGIN_NAMESPACE
 

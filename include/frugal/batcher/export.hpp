@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "frugal/batcher/options.hpp"
-#include "frugal/config.hpp"
+#include "frugal/namespace.hpp"
 #include "frugal/prometheus.hpp"
 
 FRUGAL_BEGIN_NAMESPACE

@@ -5,7 +5,7 @@
 #include <utility>
 
 #include "frugal/cache/basic_cache.hpp"
-#include "frugal/config.hpp"
+#include "frugal/namespace.hpp"
 #include "frugal/prometheus.hpp"
 
 FRUGAL_BEGIN_NAMESPACE

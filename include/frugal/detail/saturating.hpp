@@ -11,7 +11,7 @@
 #include <ratio>
 #include <type_traits>
 
-#include "frugal/config.hpp"
+#include "frugal/namespace.hpp"
 
 FRUGAL_BEGIN_NAMESPACE
 namespace detail {

@@ -4,7 +4,7 @@
 #include <string>
 #include <utility>
 
-#include "frugal/config.hpp"
+#include "frugal/namespace.hpp"
 #include "frugal/cost/export.hpp"
 #include "frugal/pool/cascade.hpp"
 #include "frugal/pool/options.hpp"

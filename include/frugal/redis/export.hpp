@@ -4,7 +4,7 @@
 #include <string>
 
 #include "frugal/cache/export.hpp"
-#include "frugal/config.hpp"
+#include "frugal/namespace.hpp"
 #include "frugal/prometheus.hpp"
 #include "frugal/redis/client.hpp"
 #include "frugal/redis/tier.hpp"

@@ -6,7 +6,7 @@
 #include <utility>
 #include <vector>
 
-#include "frugal/config.hpp"
+#include "frugal/namespace.hpp"
 #include "frugal/prometheus.hpp"
 #include "frugal/semantic/semantic_cache.hpp"
 
