@@ -13,9 +13,9 @@
 #include "frugal/cost/nvml.hpp"
 #include "frugal/frugal.hpp"
 #include "frugal/job.hpp"
+#include "frugal/model/gguf.hpp"
 #include "frugal/model/safetensors.hpp"
 #include "frugal/version.hpp"
-#include "frugal/model/gguf.hpp"
 #if __has_include(<utf8proc.h>)
 #  include "frugal/model/bpe.hpp"
 #  include "frugal/model/chat_template.hpp"

@@ -185,7 +185,8 @@ TEST_CASE("bpe: SmolLM2's tokenizer gives llama.cpp's ids on every fixture line"
   CHECK(hand >= 30);
 }
 
-TEST_CASE("bpe: decoding the ids of valid UTF-8 gives the text back" * frugal_test::needs(frugal_test::gguf_model())) {
+TEST_CASE("bpe: decoding the ids of valid UTF-8 gives the text back" *
+          frugal_test::needs(frugal_test::gguf_model())) {
   const bpe::tokenizer& t = smollm2();
   for (const std::string s :
        {"Hello, world!", "  leading and trailing  ", "caf\xC3\xA9 \xE4\xB8\x96\xE7\x95\x8C \xF0\x9F\x99\x82",

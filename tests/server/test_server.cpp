@@ -25,8 +25,8 @@
 #include <vector>
 
 #include "../support/process.hpp"
-#include "../support/requires.hpp"
 #include "../support/prometheus.hpp"
+#include "../support/requires.hpp"
 #include "bert.hpp"
 #if FRUGAL_SERVER_HAS_REDIS
 #  include "../redis/redis_server.hpp"

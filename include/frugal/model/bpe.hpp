@@ -22,9 +22,9 @@
 #include <utility>
 #include <vector>
 
-#include "frugal/namespace.hpp"
 #include "frugal/model/detail/bpe_text.hpp"
 #include "frugal/model/gguf.hpp"
+#include "frugal/namespace.hpp"
 
 FRUGAL_BEGIN_NAMESPACE
 namespace bpe {

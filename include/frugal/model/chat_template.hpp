@@ -17,8 +17,8 @@
 #include <string_view>
 #include <vector>
 
-#include "frugal/namespace.hpp"
 #include "frugal/model/gguf.hpp"
+#include "frugal/namespace.hpp"
 
 FRUGAL_BEGIN_NAMESPACE
 namespace chat {

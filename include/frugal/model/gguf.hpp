@@ -21,9 +21,9 @@
 #include <variant>
 #include <vector>
 
-#include "frugal/namespace.hpp"
 #include "frugal/model/detail/gguf_blocks.hpp"
 #include "frugal/model/detail/mapped_file.hpp"
+#include "frugal/namespace.hpp"
 
 FRUGAL_BEGIN_NAMESPACE
 namespace gguf {

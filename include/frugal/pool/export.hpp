@@ -4,8 +4,8 @@
 #include <string>
 #include <utility>
 
-#include "frugal/namespace.hpp"
 #include "frugal/cost/export.hpp"
+#include "frugal/namespace.hpp"
 #include "frugal/pool/cascade.hpp"
 #include "frugal/pool/options.hpp"
 #include "frugal/prometheus.hpp"
