@@ -71,7 +71,7 @@ def tokenize_cli(bin_dir, model, data, parse_special):
     with tempfile.NamedTemporaryFile(delete=False) as f:
         f.write(data)
         path = f.name
-    args = [os.path.join(bin_dir, "llama-tokenize"), "-m", model, "-f", path, "--ids", "--no-bos", "--log-disable"]
+    args = [os.path.join(bin_dir, "llama-tokenize"), "-m", model, "-f", path, "--ids", "--no-bos", "--no-escape", "--log-disable"]
     if not parse_special:
         args.append("--no-parse-special")
     out = subprocess.run(args, capture_output=True, check=True).stdout.decode().strip().splitlines()
