@@ -272,7 +272,7 @@ class job_ledger {
     try {
       examples::write_file(path, frugal::cost::to_json(ledger_.snapshot()) + "\n");
     } catch (const examples::write_error& e) {
-      throw frugal::job::error(frugal::job::errc::io, std::string("--ledger ") + e.what());
+      throw frugal::job::error(frugal::job_errc::io, std::string("--ledger ") + e.what());
     }
   }
 

@@ -49,14 +49,14 @@ std::string expected_output(int n) {
 }
 
 template <class F>
-job::errc code_of(F f) {
+job_errc code_of(F f) {
   try {
     f();
   } catch (const job::error& e) {
     return e.code();
   }
   FAIL("no job::error thrown");
-  return job::errc::invalid_options;
+  return job_errc::invalid_options;
 }
 
 template <class F>
@@ -110,7 +110,7 @@ TEST_CASE(
   SUBCASE("truncated") { job_test::spit(d / "checkpoint.json", good.substr(0, good.size() / 2)); }
   SUBCASE("empty") { job_test::spit(d / "checkpoint.json", ""); }
   SUBCASE("another format") { job_test::spit(d / "checkpoint.json", R"({"format":"x","checksum":"0"})"); }
-  CHECK(code_of([&] { job::read_checkpoint(d.path.string()); }) == job::errc::checkpoint_corrupt);
+  CHECK(code_of([&] { job::read_checkpoint(d.path.string()); }) == job_errc::checkpoint_corrupt);
 }
 
 TEST_CASE("job checkpoint: another job's or another input's checkpoint is refused as a mismatch") {
@@ -118,10 +118,10 @@ TEST_CASE("job checkpoint: another job's or another input's checkpoint is refuse
   CHECK_NOTHROW(job::check_checkpoint_matches(c, "embed", {10, 20}, "d"));
   CHECK(code_of([&] {
           job::check_checkpoint_matches(c, "other", {10, 20}, "d");
-        }) == job::errc::checkpoint_mismatch);
+        }) == job_errc::checkpoint_mismatch);
   CHECK(code_of([&] {
           job::check_checkpoint_matches(c, "embed", {11, 20}, "d");
-        }) == job::errc::checkpoint_mismatch);
+        }) == job_errc::checkpoint_mismatch);
   CHECK(what_of([&] {
           job::check_checkpoint_matches(c, "embed", {10, 21}, "d");
         }).find("another input") != std::string::npos);
@@ -168,7 +168,7 @@ TEST_CASE("job runner: with stop_on_bad_record the first malformed record stops 
   job::runner r(o, doubler);
   const std::string what = what_of([&] { r.run(); });
   CHECK(what.find(d / "in.jsonl" + ":4: ") != std::string::npos);
-  CHECK(code_of([&] { job::runner(o, doubler).run(); }) == job::errc::bad_record);
+  CHECK(code_of([&] { job::runner(o, doubler).run(); }) == job_errc::bad_record);
 }
 
 TEST_CASE(
@@ -219,7 +219,7 @@ TEST_CASE(
   job::runner(opts(d), doubler).run();
   SUBCASE("the input changed") {
     job_test::append(d / "in.jsonl", corpus(1));
-    CHECK(code_of([&] { job::runner(opts(d), doubler).run(); }) == job::errc::checkpoint_mismatch);
+    CHECK(code_of([&] { job::runner(opts(d), doubler).run(); }) == job_errc::checkpoint_mismatch);
   }
   SUBCASE("another job") {
     auto o = opts(d);
@@ -242,7 +242,7 @@ TEST_CASE("job runner: a failed write stops the job with the path and errno, and
     job::runner(o, doubler).run();
     FAIL("no error");
   } catch (const job::error& e) {
-    CHECK(e.code() == job::errc::io);
+    CHECK(e.code() == job_errc::io);
     CHECK(e.sys_errno() == ENOSPC);
     CHECK(std::string(e.what()).find("No space left on device") != std::string::npos);
     CHECK(job::exit_code(e.code()) == 74);
@@ -265,7 +265,7 @@ TEST_CASE("job runner: a batch function that throws or miscounts fails the job w
           job::runner(opts(d), [](std::span<const job::record>) {
             return std::vector<nlohmann::json>(1);
           }).run();
-        }) == job::errc::batch_failed);
+        }) == job_errc::batch_failed);
 }
 
 TEST_CASE(
@@ -321,15 +321,15 @@ TEST_CASE("job runner: invalid options are refused at construction, and a second
   temp_dir d;
   auto o = opts(d);
   o.batch_size = 0;
-  CHECK(code_of([&] { job::runner(o, doubler); }) == job::errc::invalid_options);
+  CHECK(code_of([&] { job::runner(o, doubler); }) == job_errc::invalid_options);
   o = opts(d);
   o.output = o.input;
-  CHECK(code_of([&] { job::runner(o, doubler); }) == job::errc::invalid_options);
-  CHECK(code_of([&] { job::runner(opts(d), nullptr); }) == job::errc::invalid_options);
+  CHECK(code_of([&] { job::runner(o, doubler); }) == job_errc::invalid_options);
+  CHECK(code_of([&] { job::runner(opts(d), nullptr); }) == job_errc::invalid_options);
   job_test::spit(d / "in.jsonl", corpus(2));
   job::runner once(opts(d), doubler);
   CHECK(once.run() == job::outcome::completed);
-  CHECK(code_of([&] { once.run(); }) == job::errc::invalid_options);
+  CHECK(code_of([&] { once.run(); }) == job_errc::invalid_options);
 }
 
 TEST_CASE("job failover: N preemptions within the window recommend on-demand, older ones do not count") {
