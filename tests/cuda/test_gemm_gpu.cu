@@ -760,10 +760,10 @@ TEST_CASE("run: unsupported problems are statuses on a real device, never launch
                                .c = c.data(),
                                .ldc = 64,
                                .c_type = fc::dtype::i32};
-  CHECK(fc::run(args).code == fc::status_code::invalid_k);
+  CHECK(fc::run(args).code == frugal::cuda_errc::invalid_k);
   args.k = 64;
   args.a = a.data() + 4;
-  CHECK(fc::run(args).code == fc::status_code::misaligned_operand);
+  CHECK(fc::run(args).code == frugal::cuda_errc::misaligned_operand);
   CHECK(cudaGetLastError() == cudaSuccess);
 }
 
@@ -776,7 +776,7 @@ TEST_CASE("gemm sm_90a wgmma kernel: bit-exact with the mma.sync kernel, fp16/bf
   if (!(dev.cc_major == 9 && dev.cc_minor == 0)) {
     MESSAGE("device is sm_" << dev.cc_major << dev.cc_minor << ": the wgmma kernel needs sm_90a");
     CHECK(fc::run(fc::gemm_w8a8_arguments{.tile = fc::gemm_tile::wgmma_sm90}).code !=
-          fc::status_code::success);
+          frugal::cuda_errc::success);
     return;
   }
   for (const shape s :

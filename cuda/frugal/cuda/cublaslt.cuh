@@ -16,7 +16,7 @@
 #include "frugal/cuda/gemm/device/checks.cuh"
 #include "frugal/cuda/gemm/kernel/epilogue.cuh"
 #include "frugal/cuda/memory.cuh"
-#include "frugal/cuda/status.cuh"
+#include "frugal/cuda/errors.cuh"
 #include "frugal/namespace.hpp"
 
 FRUGAL_BEGIN_NAMESPACE
@@ -25,7 +25,7 @@ namespace cuda {
 namespace detail {
 inline status cublas_status(cublasStatus_t s, const char* what) {
   if (s == CUBLAS_STATUS_SUCCESS) return status::ok();
-  return make_status(status_code::cublas_error, std::string(what) + ": " + cublasLtGetStatusString(s));
+  return make_status(cuda_errc::cublas_error, std::string(what) + ": " + cublasLtGetStatusString(s));
 }
 
 inline cudaDataType_t to_cuda_type(dtype t) {
@@ -138,7 +138,7 @@ class lt_matmul {
     (void)cublasLtMatmulPreferenceDestroy(pref);
     if (auto s = cublas_status(hs, "cublasLtMatmulAlgoGetHeuristic"); !s) return s;
     if (found == 0)
-      return make_status(status_code::cublas_error, "cuBLASLt found no algorithm for this shape");
+      return make_status(cuda_errc::cublas_error, "cuBLASLt found no algorithm for this shape");
     return status::ok();
   }
 
@@ -172,15 +172,15 @@ class cublaslt_gemm_f16 {
   /// @brief What this baseline supports: no per-row/column scales, bias or activation.
   static status can_implement(const gemm_f16_arguments& a) {
     if (a.ab_type != dtype::f16 && a.ab_type != dtype::bf16)
-      return make_status(status_code::unsupported_type, "cublaslt_gemm_f16: input must be f16 or bf16");
+      return make_status(cuda_errc::unsupported_type, "cublaslt_gemm_f16: input must be f16 or bf16");
     if (a.c_type != a.ab_type && a.c_type != dtype::f32)
-      return make_status(status_code::unsupported_type,
+      return make_status(cuda_errc::unsupported_type,
                          "cublaslt_gemm_f16: output must be f32 or the input type");
     if (a.scale_a || a.scale_b || a.bias || a.act != quant::activation_kind::none)
-      return make_status(status_code::unsupported_type, "cublaslt_gemm_f16: the baseline runs no epilogue");
+      return make_status(cuda_errc::unsupported_type, "cublaslt_gemm_f16: the baseline runs no epilogue");
     if (a.m <= 0 || a.n <= 0 || a.k <= 0)
-      return make_status(status_code::invalid_problem, "cublaslt_gemm_f16: M, N, K > 0");
-    if (!a.a || !a.b) return make_status(status_code::invalid_pointer, "cublaslt_gemm_f16: null operand");
+      return make_status(cuda_errc::invalid_problem, "cublaslt_gemm_f16: M, N, K > 0");
+    if (!a.a || !a.b) return make_status(cuda_errc::invalid_pointer, "cublaslt_gemm_f16: null operand");
     return detail::check_output("cublaslt_gemm_f16", a.c, a.ldc, a.n, a.c_type);
   }
   /// @brief Chooses the algorithm for the shape and types of `a`.
@@ -204,19 +204,19 @@ class cublaslt_gemm_w8a8 {
   /// @brief cuBLASLt's int8 path needs K, lda, ldb multiples of 4 (our own need 16 already).
   static status can_implement(const gemm_w8a8_arguments& a) {
     if (a.m <= 0 || a.n <= 0 || a.k <= 0)
-      return make_status(status_code::invalid_problem, "cublaslt_gemm_w8a8: M, N, K > 0");
+      return make_status(cuda_errc::invalid_problem, "cublaslt_gemm_w8a8: M, N, K > 0");
     if (!a.a || !a.b || !a.c)
-      return make_status(status_code::invalid_pointer, "cublaslt_gemm_w8a8: null operand");
+      return make_status(cuda_errc::invalid_pointer, "cublaslt_gemm_w8a8: null operand");
     if (a.k % 4 || a.lda % 4 || a.ldb % 4)
-      return make_status(status_code::misaligned_operand,
+      return make_status(cuda_errc::misaligned_operand,
                          "cublaslt_gemm_w8a8: K, lda and ldb must be multiples of 4");
     if (a.c_type != dtype::i32 && (!a.scale_a || !a.scale_b))
-      return make_status(status_code::invalid_pointer, "cublaslt_gemm_w8a8: scales are null");
+      return make_status(cuda_errc::invalid_pointer, "cublaslt_gemm_w8a8: scales are null");
     if (a.c_type != dtype::i32) {
       if (auto s = detail::check_activation("cublaslt_gemm_w8a8", a.act); !s) return s;
     }
     if (a.c_type != dtype::f32 && a.c_type != dtype::f16 && a.c_type != dtype::bf16 && a.c_type != dtype::i32)
-      return make_status(status_code::unsupported_type,
+      return make_status(cuda_errc::unsupported_type,
                          "cublaslt_gemm_w8a8: output must be f32, f16, bf16 or i32");
     return detail::check_output("cublaslt_gemm_w8a8", a.c, a.ldc, a.n, a.c_type);
   }
@@ -231,7 +231,7 @@ class cublaslt_gemm_w8a8 {
     try {
       scratch_ = device_buffer<std::int32_t>(static_cast<std::size_t>(a.m) * ld_acc_);
     } catch (const std::exception& e) {
-      return make_status(status_code::cuda_error, e.what());
+      return make_status(cuda_errc::cuda_error, e.what());
     }
     return mm_.initialize(ctx, a.m, a.n, a.k, dtype::i8, a.lda, a.ldb, dtype::i32, ld_acc_,
                           CUBLAS_COMPUTE_32I, CUDA_R_32I);

@@ -8,4 +8,4 @@
 #include "frugal/cuda/gemm/arguments.cuh"
 #include "frugal/cuda/gemm/device/gemm.cuh"
 #include "frugal/cuda/memory.cuh"
-#include "frugal/cuda/status.cuh"
+#include "frugal/cuda/errors.cuh"
