@@ -396,20 +396,20 @@ class redis_tier {
     return ok;
   }
 
-  enum class lock_outcome { taken, held_by_other, fault };
+  enum class lock_result { taken, held_by_other, fault };
 
-  lock_outcome try_lock(const key128& k) {
+  lock_result try_lock(const key128& k) {
     const std::string name = lock_key(k);
     const detail::redis_command cmd{"SET", name, token_, "NX", "PX", lock_ttl_};
     detail::redis_result r = client_.run(std::span<const detail::redis_command>(&cmd, 1));
-    if (!r) return lock_outcome::fault;
+    if (!r) return lock_result::fault;
     const redisReply* rep = r.replies[0].get();
     if (rep->type == REDIS_REPLY_STATUS) {
       locks_taken_.fetch_add(1, std::memory_order_relaxed);
-      return lock_outcome::taken;
+      return lock_result::taken;
     }
     // nil: another replica holds it. An error reply (e.g. OOM) takes no lock: compute unlocked.
-    return rep->type == REDIS_REPLY_NIL ? lock_outcome::held_by_other : lock_outcome::fault;
+    return rep->type == REDIS_REPLY_NIL ? lock_result::held_by_other : lock_result::fault;
   }
 
   // While another replica holds the lock: polls for its value (and the lock) until lock_wait has passed.
@@ -436,12 +436,12 @@ class redis_tier {
       }
       if (arr->element[1]->type == REDIS_REPLY_NIL) {
         // The holder finished without a value (it failed, or its write was refused): take over.
-        const lock_outcome o = try_lock(k);
-        if (o == lock_outcome::taken) {
+        const lock_result o = try_lock(k);
+        if (o == lock_result::taken) {
           mine = true;
           return {};
         }
-        if (o == lock_outcome::fault) return {};
+        if (o == lock_result::fault) return {};
       }
     }
     lock_wait_timeouts_.fetch_add(1, std::memory_order_relaxed);
@@ -463,10 +463,10 @@ class redis_tier {
     misses_.fetch_add(1, std::memory_order_relaxed);
     bool locked = false;
     if (!f.faulted && opts_.redis.cross_replica_single_flight) {
-      const lock_outcome o = try_lock(k);
-      if (o == lock_outcome::taken) {
+      const lock_result o = try_lock(k);
+      if (o == lock_result::taken) {
         locked = true;
-      } else if (o == lock_outcome::held_by_other) {
+      } else if (o == lock_result::held_by_other) {
         if (pointer p = wait_for_other(k, locked)) return p;
       }
     }

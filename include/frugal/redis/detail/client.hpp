@@ -91,8 +91,6 @@ inline timeval to_timeval(std::chrono::milliseconds d) {
 /// One command: its arguments, binary-safe.
 using redis_command = std::vector<std::string_view>;
 
-enum class redis_errc : std::uint8_t { none, skipped, timeout, connection, auth };
-
 struct redis_result {
   redis_errc fault = redis_errc::none;
   std::vector<redis_reply_ptr> replies;  // one per command when fault == none
