@@ -398,13 +398,13 @@ int main(int argc, char** argv) try {
       if (ledger) ledger->batch(batch.size(), busy);
       return r;
     });
-    const frugal::job::outcome result = job.run();
+    const frugal::job::run_result result = job.run();
     const frugal::job::stats s = job.stats();
     std::fprintf(
         stderr,
         "%s: %s; %s; %llu records (%llu this run, %.3f s in the model), %llu bad, %llu checkpoints%s, "
         "%llu redone after resume\n",
-        o.name.c_str(), result == frugal::job::outcome::completed ? "completed" : "preempted, resumable",
+        o.name.c_str(), result == frugal::job::run_result::completed ? "completed" : "preempted, resumable",
         m->describe().c_str(), (unsigned long long)s.records_done, (unsigned long long)s.records_this_run,
         double(busy_ns) / 1e9, (unsigned long long)s.bad_records, (unsigned long long)s.checkpoints,
         s.resumed ? ", resumed" : "", (unsigned long long)s.redone_records);

@@ -512,7 +512,7 @@ class app {
     const auto latency = std::chrono::duration_cast<std::chrono::nanoseconds>(clock::now() - start);
     answered_.fetch_add(1);
     if (!done) {
-      ledger_.record_request(tag, latency, frugal::cost::outcome::deadline);
+      ledger_.record_request(tag, latency, frugal::cost::outcome::deadline_exceeded);
       return fail(res, 504, "the model did not answer within the request timeout", nullptr, "server_error");
     }
     if (p->full) {  // refused, not failed: overload handled as designed must not read as an error rate

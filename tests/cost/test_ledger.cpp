@@ -81,7 +81,7 @@ struct scenario {
                          .tokens_out = 50});
     for (int i = 0; i < 18; ++i) ledger.record_request(chat, 50ms, fc::outcome::ok);
     ledger.record_request(chat, 200ms, fc::outcome::error);
-    ledger.record_request(chat, 900ms, fc::outcome::deadline);
+    ledger.record_request(chat, 900ms, fc::outcome::deadline_exceeded);
     for (int i = 0; i < 4; ++i) ledger.record_request(search, 10ms);
     ledger.record_cache_hit(chat, 30ms);
     ledger.record_cache_hit(chat, 30ms);
@@ -408,7 +408,7 @@ TEST_CASE("exports: Prometheus, JSON and table carry the snapshot's figures") {
   const std::string p = fc::to_prometheus(s);
   CHECK(p.find("# TYPE frugal_gpu_busy_seconds_total counter") != std::string::npos);
   CHECK(p.find("frugal_gpu_busy_seconds_total{feature=\"chat\"} 0.26") != std::string::npos);
-  CHECK(p.find("frugal_requests_total{feature=\"chat\",outcome=\"deadline\"} 1") != std::string::npos);
+  CHECK(p.find("frugal_requests_total{feature=\"chat\",outcome=\"deadline_exceeded\"} 1") != std::string::npos);
   CHECK(p.find("frugal_cost_usd_total{feature=\"chat\"} 0.00026") != std::string::npos);
   CHECK(p.find("frugal_gpu_utilization_ratio{device=\"0\",gpu_class=\"A100\"} 0.0029") != std::string::npos);
   CHECK(p.find("frugal_request_duration_seconds_bucket{feature=\"chat\",le=\"0.1\"} 18") !=

@@ -141,7 +141,7 @@ TEST_CASE("job runner: results in input order, one per valid record, malformed r
                                  "\n"
                                  R"({"id":"last","x":5})");  // no final newline
   job::runner r(opts(d, 2, 1), doubler);
-  CHECK(r.run() == job::outcome::completed);
+  CHECK(r.run() == job::run_result::completed);
   CHECK(job_test::slurp(d / "out.jsonl") ==
         "{\"id\":\"a\",\"result\":2}\n{\"id\":7,\"result\":8}\n{\"id\":\"last\",\"result\":10}\n");
   const std::string errors = job_test::slurp(d / "out.jsonl.errors");
@@ -182,7 +182,7 @@ TEST_CASE(
     return doubler(b);
   });
   self = &first;
-  CHECK(first.run() == job::outcome::preempted);
+  CHECK(first.run() == job::run_result::preempted);
   CHECK(first.stats().stop_requests == 1);
   const auto c = job::read_checkpoint(d / "ckpt");
   REQUIRE(c);
@@ -195,7 +195,7 @@ TEST_CASE(
                                     "\n"
                                     R"({"id":"r13","res)");
   job::runner second(opts(d, 4, 1000), doubler);
-  CHECK(second.run() == job::outcome::completed);
+  CHECK(second.run() == job::run_result::completed);
   CHECK(job_test::slurp(d / "out.jsonl") == expected_output(50));
   const job::stats s = second.stats();
   CHECK(s.resumed);
@@ -208,7 +208,7 @@ TEST_CASE(
     FAIL("a finished job ran a batch");
     return {};
   });
-  CHECK(third.run() == job::outcome::completed);
+  CHECK(third.run() == job::run_result::completed);
   CHECK(job_test::slurp(d / "out.jsonl") == expected_output(50));
 }
 
@@ -248,7 +248,7 @@ TEST_CASE("job runner: a failed write stops the job with the path and errno, and
     CHECK(job::exit_code(e.code()) == 74);
   }
   job::runner again(opts(d, 4, 4), doubler);
-  CHECK(again.run() == job::outcome::completed);
+  CHECK(again.run() == job::run_result::completed);
   CHECK(again.stats().resumed);
   CHECK(job_test::slurp(d / "out.jsonl") == expected_output(40));
 }
@@ -282,7 +282,7 @@ TEST_CASE(
         return doubler(b);
       },
       clock);
-  CHECK(r.run() == job::outcome::completed);
+  CHECK(r.run() == job::run_result::completed);
   CHECK(r.stats().batches == 10);
   CHECK(r.stats().checkpoints == 5 + 1);  // after batches 2, 4, 6, 8, 10, and the final one
 }
@@ -301,7 +301,7 @@ TEST_CASE(
     threads.push_back(std::this_thread::get_id());
     return doubler(b);
   });
-  CHECK(r.run() == job::outcome::completed);
+  CHECK(r.run() == job::run_result::completed);
   CHECK(sizes == std::vector<std::size_t>{4, 4, 3});
   for (const auto& t : threads) CHECK(t != std::this_thread::get_id());
   CHECK(r.stats().batches == 3);
@@ -328,7 +328,7 @@ TEST_CASE("job runner: invalid options are refused at construction, and a second
   CHECK(code_of([&] { job::runner(opts(d), nullptr); }) == job_errc::invalid_options);
   job_test::spit(d / "in.jsonl", corpus(2));
   job::runner once(opts(d), doubler);
-  CHECK(once.run() == job::outcome::completed);
+  CHECK(once.run() == job::run_result::completed);
   CHECK(code_of([&] { once.run(); }) == job_errc::invalid_options);
 }
 

@@ -19,11 +19,11 @@ FRUGAL_BEGIN_NAMESPACE
 namespace cost {
 
 /// @brief How a request ended.
-enum class outcome : std::uint8_t { ok, error, deadline, rejected };
+enum class outcome : std::uint8_t { ok, error, deadline_exceeded, rejected };
 inline constexpr std::size_t outcome_count = 4;
-/// @brief "ok", "error", "deadline" or "rejected".
+/// @brief "ok", "error", "deadline_exceeded" or "rejected".
 inline constexpr std::string_view to_string(outcome o) noexcept {
-  constexpr std::string_view names[] = {"ok", "error", "deadline", "rejected"};
+  constexpr std::string_view names[] = {"ok", "error", "deadline_exceeded", "rejected"};
   return names[static_cast<std::size_t>(o)];
 }
 

@@ -114,10 +114,11 @@ struct options {
   } testing{};
 };
 
-enum class outcome { completed, preempted };
+/// @brief How run() ended: the job is done, or it was stopped and checkpointed, so a rerun resumes it.
+enum class run_result { completed, preempted };
 
-inline constexpr int exit_code(outcome o) noexcept {
-  return o == outcome::completed ? exit_completed : exit_preempted;
+inline constexpr int exit_code(run_result o) noexcept {
+  return o == run_result::completed ? exit_completed : exit_preempted;
 }
 
 struct stats {
@@ -160,7 +161,7 @@ class basic_runner {
 
   /// @brief Runs (or resumes) the job, once per runner. Reads the whole input first to check its identity
   /// against the checkpoint. Returns completed or preempted; throws job::error.
-  outcome run() {
+  run_result run() {
     if (ran_)
       throw error(job_errc::invalid_options, "run() called twice on one runner; make a new runner to resume");
     ran_ = true;
@@ -175,7 +176,7 @@ class basic_runner {
       check_checkpoint_matches(*cp, o_.name, id, o_.checkpoint_dir);
       state_ = *cp;
       resume_files();
-      if (cp->done) return outcome::completed;
+      if (cp->done) return run_result::completed;
     } else {
       state_ = checkpoint{.job_name = o_.name, .input = id};
       out_.truncate(0);
@@ -214,7 +215,7 @@ class basic_runner {
     collected_line_ = reader.line_no;
     commit();
     checkpoint_now(true);
-    return outcome::completed;
+    return run_result::completed;
   }
 
   /// @brief Asks the job to stop as a SIGTERM would; thread-safe. A second call forces the checkpoint.
@@ -454,7 +455,7 @@ class basic_runner {
 
   // Stops taking records: those queued and not yet in a batch fail with closed, and the batch in flight may
   // finish within the deadline. The checkpoint covers what is collected.
-  outcome stop(queue_type& q) {
+  run_result stop(queue_type& q) {
     q.close(drain::no);
     for (;;) {
       collect();
@@ -469,7 +470,7 @@ class basic_runner {
     collect();
     commit();
     checkpoint_now(false);
-    return outcome::preempted;
+    return run_result::preempted;
   }
 
   // The in-flight batch cannot be cancelled from outside, so what is done is checkpointed and the process
