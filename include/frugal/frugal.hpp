@@ -5,6 +5,7 @@
 #include "frugal/batcher.hpp"
 #include "frugal/cache.hpp"
 #include "frugal/clock.hpp"
+#include "frugal/element_type.hpp"
 #include "frugal/cost.hpp"
 #include "frugal/namespace.hpp"
 #include "frugal/pool.hpp"

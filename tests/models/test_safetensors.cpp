@@ -59,7 +59,7 @@ TEST_CASE("safetensors: a well-formed image gives each tensor's dtype, shape and
   st::file f(img, "test.safetensors");
   CHECK(f.tensors().size() == 2);
   CHECK(f.metadata()["format"] == "pt");
-  CHECK(f.get("a").type == st::dtype::f32);
+  CHECK(f.get("a").type == frugal::element_type::f32);
   CHECK(f.get("a").shape == std::vector<std::size_t>{2, 2});
   CHECK(f.floats("a", {2, 2}) == std::vector<float>{1.0f, -2.0f, 3.5f, 0.25f});
   CHECK(f.floats("b", {2}) == std::vector<float>{1.5f, -4.0f});

@@ -274,16 +274,16 @@ TEST_CASE("quant: quantize follows the ONNX formulas on hand-checked edge cases"
     q::scheme full = sym;
     full.narrow_range = false;
     CHECK(quant1({1000.0f, -1000.0f, -127.6f}, full, 1.0f, 0) == std::vector<int>{127, -128, -128});
-    const q::scheme u8{.type = q::element_type::u8, .symmetric = false};
+    const q::scheme u8{.type = frugal::element_type::u8, .symmetric = false};
     CHECK(quant1({-200.0f, 0.0f, 1.0f, 500.0f}, u8, 1.0f, 128) == std::vector<int>{0, 128, 129, 255});
   }
   SUBCASE("int4 limits -8..7, narrow -7..7, asymmetric 0..15") {
-    const q::scheme i4{.type = q::element_type::i4, .narrow_range = false};
+    const q::scheme i4{.type = frugal::element_type::i4, .narrow_range = false};
     CHECK(quant1({-100.0f, -8.0f, -7.5f, 7.0f, 7.5f, 100.0f}, i4, 1.0f, 0) ==
           std::vector<int>{-8, -8, -8, 7, 7, 7});
-    const q::scheme i4n{.type = q::element_type::i4};
+    const q::scheme i4n{.type = frugal::element_type::i4};
     CHECK(quant1({-100.0f, 100.0f}, i4n, 1.0f, 0) == std::vector<int>{-7, 7});
-    const q::scheme i4a{.type = q::element_type::i4, .symmetric = false};
+    const q::scheme i4a{.type = frugal::element_type::i4, .symmetric = false};
     CHECK(quant1({-100.0f, 0.0f, 100.0f}, i4a, 1.0f, 3) == std::vector<int>{0, 3, 15});
   }
   SUBCASE("the range is widened to include zero, so zero is exact") {
@@ -301,7 +301,7 @@ TEST_CASE("quant: quantize follows the ONNX formulas on hand-checked edge cases"
     CHECK(z3 == 0);
   }
   SUBCASE("dequantize is (q - zero_point) * scale exactly") {
-    const q::scheme asym{.type = q::element_type::u8, .symmetric = false};
+    const q::scheme asym{.type = frugal::element_type::u8, .symmetric = false};
     std::vector<float> x = {-1.0f, -0.3f, 0.0f, 0.77f, 2.0f};
     const auto t = q::quantize(x, 1, x.size(), asym);
     std::vector<float> back(x.size());
@@ -321,7 +321,7 @@ TEST_CASE("quant: every SIMD path quantizes and dequantizes bit for bit like the
   for (auto& v : x) v = nd(rng);
   for (std::size_t i = 0; i < x.size(); i += 5)
     x[i] = std::nearbyint(x[i] * 4) / 4 + 0.5f;  // exact halves at scale 1
-  for (q::element_type t : {q::element_type::i8, q::element_type::u8, q::element_type::i4})
+  for (frugal::element_type t : {frugal::element_type::i8, frugal::element_type::u8, frugal::element_type::i4})
     for (bool symmetric : {true, false})
       for (auto rounding : {q::rounding_mode::half_to_even, q::rounding_mode::half_away_from_zero}) {
         std::vector<q::scheme> schemes = {{.type = t, .symmetric = symmetric, .rounding = rounding},
@@ -380,8 +380,8 @@ TEST_CASE("quant: per-channel and per-group error is lower than per-tensor on ou
   CHECK(channel < tensor / 4);
   CHECK(group < tensor / 4);
   const double i4_group =
-      err({.type = q::element_type::i4, .granularity = q::granularity::per_group, .group_size = 32});
-  const double i4_tensor = err({.type = q::element_type::i4});
+      err({.type = frugal::element_type::i4, .granularity = q::granularity::per_group, .group_size = 32});
+  const double i4_tensor = err({.type = frugal::element_type::i4});
   CHECK(i4_group < i4_tensor);
   CHECK(q::sqnr_db(w, q::fake_quantize(w, {.granularity = q::granularity::per_channel})) > 35.0);
 }
@@ -410,7 +410,7 @@ TEST_CASE("quant: bad input fails with an error that names what and where") {
   }
   SUBCASE("a zero point outside the range") {
     const q::scheme u8{
-        .type = q::element_type::u8, .granularity = q::granularity::per_channel, .symmetric = false};
+        .type = frugal::element_type::u8, .granularity = q::granularity::per_channel, .symmetric = false};
     const std::string e = error_of([&] {
       q::quantize(x, 2, 3, u8, q::quant_params{{1.0f, 1.0f}, {0, 256}});
     });
@@ -437,7 +437,7 @@ TEST_CASE("quant: bad input fails with an error that names what and where") {
     x[3] = std::nanf("");
     for (auto path : float_paths()) {
       q::scheme s{
-          .type = q::element_type::u8, .symmetric = false, .nonfinite = q::nonfinite_policy::saturate};
+          .type = frugal::element_type::u8, .symmetric = false, .nonfinite = q::nonfinite_policy::saturate};
       const auto t = q::quantize(x, 1, 6, s, path);
       CHECK(t.value(0, 1) == 255);
       CHECK(t.value(0, 2) == 0);
@@ -448,7 +448,7 @@ TEST_CASE("quant: bad input fails with an error that names what and where") {
   }
   SUBCASE("the wrong element type, axis or data size") {
     CHECK(error_of([&] {
-            q::quantize(x, 2, 3, q::scheme{.type = q::element_type::f16});
+            q::quantize(x, 2, 3, q::scheme{.type = frugal::element_type::f16});
           }).find("scheme.type") != std::string::npos);
     CHECK(error_of([&] {
             q::quantize(x, 2, 3, q::scheme{.granularity = q::granularity::per_channel, .axis = 2});
