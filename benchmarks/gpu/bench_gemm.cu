@@ -214,7 +214,7 @@ void bench_w8a8(int m, int n, int k, cudaStream_t st, fc::cublaslt_context& lt, 
                                    .scale_b = sc.f.data(),
                                    .c = c[s].data(),
                                    .ldc = n,
-                                   .c_type = fc::dtype::f16,
+                                   .c_type = frugal::element_type::f16,
                                    .tile = ov.tile};
   };
   auto quant = [&](int s) {
@@ -253,7 +253,7 @@ void bench_w8a8(int m, int n, int k, cudaStream_t st, fc::cublaslt_context& lt, 
 
 void bench_f16(int m, int n, int k, cudaStream_t st, fc::cublaslt_context& lt, bool quick,
                bool bf16 = false) {
-  const fc::dtype t = bf16 ? fc::dtype::bf16 : fc::dtype::f16;
+  const frugal::element_type t = bf16 ? frugal::element_type::bf16 : frugal::element_type::f16;
   const std::size_t a_e = std::size_t(m) * k, b_e = std::size_t(n) * k, c_e = std::size_t(m) * n;
   const int sets = sets_for(2 * (a_e + b_e + c_e));
   std::vector<blob> a, b, c;
@@ -381,7 +381,7 @@ void bench_weight_only(bool int4, int m, int n, int k, cudaStream_t st, fc::cubl
                                   .ldb = k,
                                   .c = c[s % sets].data(),
                                   .ldc = n,
-                                  .c_type = fc::dtype::f16};
+                                  .c_type = frugal::element_type::f16};
   };
   const fc::status bs = ov.baseline ? base.initialize(lt, largs(0)) : fc::status::ok();
   row r{int4 ? "w4a16 g128" : "w8a16",

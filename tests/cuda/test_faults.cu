@@ -111,7 +111,7 @@ TEST_SUITE("faults-host") {
                                          .ldb = 64,
                                          .c = host_out,
                                          .ldc = 32,
-                                         .c_type = fc::dtype::i32};
+                                         .c_type = frugal::element_type::i32};
       const fc::gemm_f16_arguments f16{
           .m = 16, .n = 32, .k = 64, .a = host8, .lda = 64, .b = host8, .ldb = 64, .c = host_out, .ldc = 32};
       const fc::gemm_w8a16_arguments w8a16{.m = 1,
@@ -207,7 +207,7 @@ struct w8a8_problem {
             .ldb = k,
             .c = c.data(),
             .ldc = n,
-            .c_type = fc::dtype::i32,
+            .c_type = frugal::element_type::i32,
             .tile = tile};
   }
   // Poisons C, runs, and returns how many elements differ from the host (or -1 when run() failed).
@@ -372,10 +372,10 @@ TEST_CASE(
     a.a = p.a.data() + 1;
     refused(fc::run(a, stream), frugal::cuda_errc::misaligned_operand, "a must be 16-byte aligned");
     a = p.args();
-    a.c_type = fc::dtype::i8;
+    a.c_type = frugal::element_type::i8;
     refused(fc::run(a, stream), frugal::cuda_errc::unsupported_type, "output type i8");
     a = p.args();
-    a.c_type = fc::dtype::f16;  // scales are required for a dequantised output
+    a.c_type = frugal::element_type::f16;  // scales are required for a dequantised output
     refused(fc::run(a, stream), frugal::cuda_errc::invalid_pointer, "scale_a is null");
     if (dev.cc_major == 9 && dev.cc_minor == 0) {
       MESSAGE("sm_90 device: the wgmma tile is supported here, no unsupported_arch case to provoke");
@@ -395,7 +395,7 @@ TEST_CASE(
                              .ldb = k,
                              .c = c.data(),
                              .ldc = n,
-                             .c_type = fc::dtype::f32};
+                             .c_type = frugal::element_type::f32};
     auto bad = a;
     bad.k = 12;
     bad.lda = bad.ldb = 16;
@@ -404,7 +404,7 @@ TEST_CASE(
     bad.ldb = k + 4;
     refused(fc::run(bad, stream), frugal::cuda_errc::misaligned_operand, "ldb (132) must be a multiple of 8");
     bad = a;
-    bad.ab_type = fc::dtype::i8;
+    bad.ab_type = frugal::element_type::i8;
     refused(fc::run(bad, stream), frugal::cuda_errc::unsupported_type, "input type i8");
     c.fill_bytes(0xFF);
     const fc::status s = fc::run(a, stream);
@@ -422,7 +422,7 @@ TEST_CASE(
                                .scale = scale.data(),
                                .c = c.data(),
                                .ldc = n,
-                               .c_type = fc::dtype::f32,
+                               .c_type = frugal::element_type::f32,
                                .split_k = 1};
     auto bad = a;
     bad.k = 24;
@@ -433,7 +433,7 @@ TEST_CASE(
     refused(fc::run(bad, stream), frugal::cuda_errc::workspace_too_small,
             "split-K needs 4096 bytes of workspace, got 0");
     bad = a;
-    bad.c_type = fc::dtype::bf16;
+    bad.c_type = frugal::element_type::bf16;
     refused(fc::run(bad, stream), frugal::cuda_errc::unsupported_type, "output type bf16");
     c.fill_bytes(0xFF);
     const fc::status s = fc::run(a, stream);
@@ -452,7 +452,7 @@ TEST_CASE(
                                .scale = gscale.data(),
                                .c = c.data(),
                                .ldc = n,
-                               .c_type = fc::dtype::f32,
+                               .c_type = frugal::element_type::f32,
                                .split_k = 1};
     auto bad = a;
     bad.group_size = 96;

@@ -33,20 +33,20 @@ fc::gemm_w8a8_arguments w8a8() {
           .scale_b = scales,
           .c = out,
           .ldc = 32,
-          .c_type = fc::dtype::f16};
+          .c_type = frugal::element_type::f16};
 }
 fc::gemm_f16_arguments f16() {
   return {.m = 16,
           .n = 32,
           .k = 64,
-          .ab_type = fc::dtype::f16,
+          .ab_type = frugal::element_type::f16,
           .a = a8,
           .lda = 64,
           .b = b8,
           .ldb = 64,
           .c = out,
           .ldc = 32,
-          .c_type = fc::dtype::f16};
+          .c_type = frugal::element_type::f16};
 }
 fc::gemm_w8a16_arguments w8a16() {
   return {.m = 1,
@@ -87,7 +87,7 @@ std::string message(const Args& a, const fc::device_info& dev = ampere) {
 }  // namespace
 
 TEST_CASE("cuda status: codes print their names and a status is true only on success") {
-  CHECK(std::string(fc::to_string(frugal::cuda_errc::misaligned_operand)) == "misaligned_operand");
+  CHECK(std::string(frugal::to_string(frugal::cuda_errc::misaligned_operand)) == "misaligned_operand");
   fc::status ok = fc::status::ok();
   CHECK(static_cast<bool>(ok));
   fc::status bad = fc::make_status(frugal::cuda_errc::invalid_k, "K is 7");
@@ -134,7 +134,7 @@ TEST_CASE("gemm_w8a8: can_implement names each unsupported problem") {
   }
   SUBCASE("raw int32 output needs no scales") {
     auto a = w8a8();
-    a.c_type = fc::dtype::i32;
+    a.c_type = frugal::element_type::i32;
     a.scale_a = a.scale_b = nullptr;
     CHECK(code(a) == frugal::cuda_errc::success);
   }
@@ -159,7 +159,7 @@ TEST_CASE("gemm_w8a8: can_implement names each unsupported problem") {
   }
   SUBCASE("unsupported output type") {
     auto a = w8a8();
-    a.c_type = fc::dtype::i8;
+    a.c_type = frugal::element_type::i8;
     CHECK(code(a) == frugal::cuda_errc::unsupported_type);
     CHECK(message(a).find("i8") != std::string::npos);
   }
@@ -202,10 +202,10 @@ TEST_CASE("mma.sync GEMMs: small M or too few large tiles pick the 32x64 tile, u
 TEST_CASE("gemm_f16: can_implement checks types, K and alignment") {
   CHECK(code(f16()) == frugal::cuda_errc::success);
   auto a = f16();
-  a.ab_type = fc::dtype::i8;
+  a.ab_type = frugal::element_type::i8;
   CHECK(code(a) == frugal::cuda_errc::unsupported_type);
   a = f16();
-  a.c_type = fc::dtype::i32;
+  a.c_type = frugal::element_type::i32;
   CHECK(code(a) == frugal::cuda_errc::unsupported_type);
   a = f16();
   a.k = 60;
@@ -246,12 +246,12 @@ TEST_CASE("gemm_w8a16 and gemm_w4a16: can_implement checks groups, types and wor
     a.scale = nullptr;
     CHECK(code(a) == frugal::cuda_errc::invalid_pointer);
     a = w8a16();
-    a.x_type = fc::dtype::f32;
+    a.x_type = frugal::element_type::f32;
     CHECK(code(a) == frugal::cuda_errc::unsupported_type);
     a = w8a16();
-    a.c_type = fc::dtype::bf16;  // activations are f16
+    a.c_type = frugal::element_type::bf16;  // activations are f16
     CHECK(code(a) == frugal::cuda_errc::unsupported_type);
-    a.c_type = fc::dtype::f32;
+    a.c_type = frugal::element_type::f32;
     CHECK(code(a) == frugal::cuda_errc::success);
     auto b = w4a16();
     b.ldw = 32;  // smaller than K/2
@@ -318,7 +318,7 @@ TEST_CASE("quantize_rows: can_implement checks types, K and the int8 output") {
   r.k = 12;
   CHECK(code(r) == frugal::cuda_errc::invalid_k);
   r = q;
-  r.x_type = fc::dtype::i8;
+  r.x_type = frugal::element_type::i8;
   CHECK(code(r) == frugal::cuda_errc::unsupported_type);
   r = q;
   r.ldq = 60;
@@ -371,7 +371,7 @@ TEST_CASE("pair stores: frugal's kernels and the cuBLASLt dequant judge C's alig
   a.ldc = 33;
   CHECK_FALSE(fc::cublaslt_gemm_w8a8::epilogue(a).pair_store);
   a = w8a8();
-  a.c_type = fc::dtype::f32;
+  a.c_type = frugal::element_type::f32;
   a.c = out + 4;  // 4-byte aligned, not 8
   CHECK_FALSE(fc::cublaslt_gemm_w8a8::epilogue(a).pair_store);
   a.c = out + 8;
@@ -388,7 +388,7 @@ TEST_CASE("cublaslt baselines: can_implement refuses an output frugal's own chec
   a.ldc = 31;  // smaller than N
   CHECK(fc::cublaslt_gemm_w8a8::can_implement(a).code == frugal::cuda_errc::invalid_problem);
   a = w8a8();
-  a.c_type = fc::dtype::i8;
+  a.c_type = frugal::element_type::i8;
   CHECK(fc::cublaslt_gemm_w8a8::can_implement(a).code == frugal::cuda_errc::unsupported_type);
   auto f = f16();
   f.c = out + 1;
@@ -467,7 +467,7 @@ TEST_CASE("can_implement: gelu_erf, the host's exact GELU, is refused by name on
   CHECK(code(w) == frugal::cuda_errc::unsupported_activation);
   CHECK(message(w).find("gelu_erf") != std::string::npos);
   CHECK(fc::cublaslt_gemm_w8a8::can_implement(w).code == frugal::cuda_errc::unsupported_activation);
-  w.c_type = fc::dtype::i32;  // raw accumulators: the epilogue, and so the activation, is not run
+  w.c_type = frugal::element_type::i32;  // raw accumulators: the epilogue, and so the activation, is not run
   CHECK(code(w) == frugal::cuda_errc::success);
   auto f = f16();
   f.act = erf;

@@ -150,7 +150,7 @@ TEST_CASE("upload: W8A8 weights from the host toolkit give the host GEMM's resul
   g.scale_a = dsa.data();
   g.c = dc.data();
   g.ldc = static_cast<int>(n);
-  g.c_type = fc::dtype::f32;
+  g.c_type = frugal::element_type::f32;
   REQUIRE(static_cast<bool>(fc::run(g)));
   std::vector<float> got(m * n);
   dc.download(got.data(), m * n);
@@ -183,7 +183,7 @@ TEST_CASE("upload: int4 weights from the host toolkit give the host weight-only 
     g.ldx = static_cast<int>(k);
     g.c = dc.data();
     g.ldc = static_cast<int>(n);
-    g.c_type = fc::dtype::f32;
+    g.c_type = frugal::element_type::f32;
     g.split_k = 1;
     REQUIRE(static_cast<bool>(fc::run(g)));
     std::vector<float> got(m * n);

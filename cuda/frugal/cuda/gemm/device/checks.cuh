@@ -22,13 +22,17 @@ inline status fail(cuda_errc c, const char* op, const std::string& what) {
   return make_status(c, std::string("frugal::cuda::") + op + ": " + what);
 }
 
-/// @brief C non-null, ldc >= N, and C aligned to its element type.
-inline status check_output(const char* op, const void* c, int ldc, int n, dtype t) {
+inline std::size_t bytes_of(element_type t) { return static_cast<std::size_t>(element_bits(t)) / 8; }
+
+/// @brief C non-null, ldc >= N, and C aligned to its element type, which is a whole number of bytes.
+inline status check_output(const char* op, const void* c, int ldc, int n, element_type t) {
   if (c == nullptr) return fail(cuda_errc::invalid_pointer, op, "c is null");
+  if (bytes_of(t) == 0)
+    return fail(cuda_errc::unsupported_type, op, std::string("output type ") + to_string(t) + " is not supported");
   if (ldc < n)
     return fail(cuda_errc::invalid_problem, op,
                 "ldc (" + std::to_string(ldc) + ") is smaller than N (" + std::to_string(n) + ")");
-  if (!aligned(c, size_of(t)))
+  if (!aligned(c, bytes_of(t)))
     return fail(cuda_errc::misaligned_operand, op,
                 std::string("c is not aligned to its element type ") + to_string(t));
   return status::ok();
@@ -36,8 +40,8 @@ inline status check_output(const char* op, const void* c, int ldc, int n, dtype 
 
 /// @brief Whether the epilogue may store columns n, n+1 (n even) as one two-element vector: every row starts
 /// on an even element and C itself is aligned to two elements.
-inline bool pair_store_ok(const void* c, int ldc, dtype t) {
-  return ldc % 2 == 0 && aligned(c, 2 * size_of(t));
+inline bool pair_store_ok(const void* c, int ldc, element_type t) {
+  return ldc % 2 == 0 && aligned(c, 2 * bytes_of(t));
 }
 
 /// @brief The device epilogue implements none, relu and gelu (tanh); the host toolkit's gelu_erf is refused

@@ -186,7 +186,7 @@ inline gemm_tile selected_tile(const Args& a, const device_info& dev) {
 /// @brief Whether gemm_w8a8 can run `args` on a device like `dev`.
 inline status can_implement(const gemm_w8a8_arguments& a, const device_info& dev) {
   constexpr const char* op = "gemm_w8a8";
-  if (a.c_type != dtype::f32 && a.c_type != dtype::f16 && a.c_type != dtype::bf16 && a.c_type != dtype::i32)
+  if (a.c_type != element_type::f32 && a.c_type != element_type::f16 && a.c_type != element_type::bf16 && a.c_type != element_type::i32)
     return detail::fail(cuda_errc::unsupported_type, op,
                         std::string("output type ") + to_string(a.c_type) + " is not f32, f16, bf16 or i32");
   if (auto s = detail::check_problem(op, a.m, a.n, a.k); !s) return s;
@@ -196,7 +196,7 @@ inline status can_implement(const gemm_w8a8_arguments& a, const device_info& dev
   if (auto s = detail::check_operand(op, "a", a.a, a.lda, a.k, 16); !s) return s;
   if (auto s = detail::check_operand(op, "b", a.b, a.ldb, a.k, 16); !s) return s;
   if (auto s = detail::check_output(op, a.c, a.ldc, a.n, a.c_type); !s) return s;
-  if (a.c_type != dtype::i32) {
+  if (a.c_type != element_type::i32) {
     if (auto s = detail::check_activation(op, a.act); !s) return s;
     if (a.scale_a == nullptr) return detail::fail(cuda_errc::invalid_pointer, op, "scale_a is null");
     if (a.scale_b == nullptr) return detail::fail(cuda_errc::invalid_pointer, op, "scale_b is null");
@@ -210,10 +210,10 @@ inline status can_implement(const gemm_w8a8_arguments& a, const device_info& dev
 /// @brief Whether gemm_f16 can run `args` on a device like `dev`.
 inline status can_implement(const gemm_f16_arguments& a, const device_info& dev) {
   constexpr const char* op = "gemm_f16";
-  if (a.ab_type != dtype::f16 && a.ab_type != dtype::bf16)
+  if (a.ab_type != element_type::f16 && a.ab_type != element_type::bf16)
     return detail::fail(cuda_errc::unsupported_type, op,
                         std::string("input type ") + to_string(a.ab_type) + " is not f16 or bf16");
-  if (a.c_type != dtype::f32 && a.c_type != dtype::f16 && a.c_type != dtype::bf16)
+  if (a.c_type != element_type::f32 && a.c_type != element_type::f16 && a.c_type != element_type::bf16)
     return detail::fail(cuda_errc::unsupported_type, op,
                         std::string("output type ") + to_string(a.c_type) + " is not f32, f16 or bf16");
   if (auto s = detail::check_problem(op, a.m, a.n, a.k); !s) return s;
@@ -231,10 +231,10 @@ inline status can_implement(const gemm_f16_arguments& a, const device_info& dev)
 namespace detail {
 template <class Args>
 inline status check_weight_only_common(const char* op, const Args& a) {
-  if (a.x_type != dtype::f16 && a.x_type != dtype::bf16)
+  if (a.x_type != element_type::f16 && a.x_type != element_type::bf16)
     return fail(cuda_errc::unsupported_type, op,
                 std::string("activation type ") + to_string(a.x_type) + " is not f16 or bf16");
-  if (a.c_type != dtype::f32 && a.c_type != a.x_type)
+  if (a.c_type != element_type::f32 && a.c_type != a.x_type)
     return fail(cuda_errc::unsupported_type, op,
                 std::string("output type ") + to_string(a.c_type) + " must be f32 or the activation type " +
                     to_string(a.x_type));
@@ -332,7 +332,7 @@ inline status can_implement(const gemm_w4a16_arguments& a, const device_info& de
 /// @brief Whether quantize_rows can run `args` on a device like `dev`.
 inline status can_implement(const quantize_rows_arguments& a, const device_info& dev) {
   constexpr const char* op = "quantize_rows";
-  if (a.x_type != dtype::f16 && a.x_type != dtype::bf16)
+  if (a.x_type != element_type::f16 && a.x_type != element_type::bf16)
     return detail::fail(cuda_errc::unsupported_type, op,
                         std::string("input type ") + to_string(a.x_type) + " is not f16 or bf16");
   if (a.m <= 0 || a.k <= 0)
@@ -423,14 +423,14 @@ inline status run(const gemm_f16_arguments& a, cudaStream_t stream = nullptr) {
           .c_type = a.c_type,
           .pair_store = detail::pair_store_ok(a.c, a.ldc, a.c_type)};
   if (selected_tile(a, dev) == gemm_tile::wgmma_sm90) {
-    if (a.ab_type == dtype::bf16)
+    if (a.ab_type == element_type::bf16)
       return detail::launch_tn<kernel::tile_sm90>("gemm_bf16bf16_f32_wgmma_sm90a",
                                                   kernel::gemm_bf16bf16_f32_wgmma_sm90a<>, p, stream);
     return detail::launch_tn<kernel::tile_sm90>("gemm_f16f16_f32_wgmma_sm90a",
                                                 kernel::gemm_f16f16_f32_wgmma_sm90a<>, p, stream);
   }
   const bool small = selected_tile(a, dev) == gemm_tile::small;
-  if (a.ab_type == dtype::bf16) {
+  if (a.ab_type == element_type::bf16) {
     if (small) {
       using C = kernel::tile_small;
       return detail::launch_tn<C>("gemm_bf16bf16_f32_tensorop_sm80<32x64>",
@@ -496,7 +496,7 @@ inline status run_weight_only(const char* op, const Args& a, kernel::weight_only
           .ldc = a.ldc,
           .c_type = a.c_type,
           .pair_store = false};
-  const bool bf16 = a.x_type == dtype::bf16;
+  const bool bf16 = a.x_type == element_type::bf16;
   status s;
   if (block_n == 64)
     s = bf16 ? launch_weight_only<Int4, 8, __nv_bfloat16>(op, p, stream)
@@ -557,7 +557,7 @@ inline status run(const quantize_rows_arguments& a, cudaStream_t stream = nullpt
   if (auto s = query_device(dev); !s) return s;
   if (auto s = can_implement(a, dev); !s) return s;
   const kernel::quantize_rows_params p{a.x, a.ldx, a.q, a.ldq, a.scale, a.m, a.k};
-  if (a.x_type == dtype::bf16)
+  if (a.x_type == element_type::bf16)
     kernel::quantize_rows_s8_sm80<__nv_bfloat16><<<a.m, 256, 0, stream>>>(p);
   else
     kernel::quantize_rows_s8_sm80<__half><<<a.m, 256, 0, stream>>>(p);
