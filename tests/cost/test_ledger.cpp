@@ -486,7 +486,7 @@ TEST_CASE("advisors: right-size picks the cheapest type that fits the memory and
   CHECK_FALSE(a.candidates.back().fits);
   // 70B at int4: 42 GB -> small 2 for memory; spot prices: small x2 = $0.80.
   a = fc::advise_right_size(
-      {.parameters_billions = 70, .weights = fc::precision::int4, .required_throughput = 0.5, .spot = true},
+      {.parameters_billions = 70, .weights = frugal::element_type::i4, .required_throughput = 0.5, .spot = true},
       catalog);
   CHECK(a.memory_needed_bytes == 42'000'000'000);
   CHECK(a.best.name == "small");
