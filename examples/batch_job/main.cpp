@@ -248,7 +248,7 @@ struct ledger_flags {
 // their time at this run's mean time per record.
 class job_ledger {
  public:
-  explicit job_ledger(const ledger_flags& lf) : ledger_(options(lf)), tag_(ledger_.tag("batch_job")) {}
+  explicit job_ledger(const ledger_flags& lf) : ledger_(options(lf)), feature_(ledger_.feature("batch_job")) {}
   // Called on the runner's batch thread, a new one per batch: kept here and recorded from write()'s thread,
   // so that the ledger does not grow a stripe per batch thread.
   void batch(std::size_t n, std::chrono::nanoseconds busy) {
@@ -258,7 +258,7 @@ class job_ledger {
   void write(const std::string& path, const frugal::job::stats& s) {
     std::lock_guard lk(mu_);
     for (const auto& [n, busy] : batches_) {
-      ledger_.record_batch({.tag = tag_,
+      ledger_.record_batch({.feature = feature_,
                             .device = 0,
                             .busy = std::min(busy, frugal::cost::max_record_duration),
                             .batch_size = std::uint32_t(n)});
@@ -284,7 +284,7 @@ class job_ledger {
             .devices = {{.gpu_class = "job", .pricing = lf.pricing}}};
   }
   frugal::cost::ledger<> ledger_;
-  frugal::cost::tag_id tag_;
+  frugal::cost::feature_id feature_;
   std::mutex mu_;
   std::vector<std::pair<std::size_t, std::chrono::nanoseconds>> batches_;
   std::chrono::nanoseconds busy_{0};

@@ -271,12 +271,12 @@ TEST_CASE(
   redis_server srv;
   frugal::manual_clock clock;
   frugal::cost::ledger<> ledger(ledger_opts());
-  const auto tag = ledger.tag("chat");
+  const auto feature = ledger.feature("chat");
   auto opts = at(srv);
   opts.breaker_failures = 2;
   opts.breaker_backoff = 100ms;
   opts.breaker_jitter = 0;
-  manual_tier t(manual_tier::options_type{.redis = opts, .local = {}, .ledger = &ledger, .tag = tag}, clock);
+  manual_tier t(manual_tier::options_type{.redis = opts, .local = {}, .ledger = &ledger, .feature = feature}, clock);
   int calls = 0;
   auto compute = [&](std::uint64_t id) {
     return t.get_or_compute(key_of(id), [&] {

@@ -382,7 +382,7 @@ inline batch_window_advice advise_batch_window(const batch_window_request& r) {
 inline batch_window_advice advise_batch_window(const ledger_snapshot& s, std::string_view feature,
                                                std::chrono::nanoseconds latency_target,
                                                std::uint32_t max_batch_limit = 256) {
-  const tag_figures* t = s.find(feature);
+  const feature_figures* t = s.find(feature);
   if (!t)
     throw std::invalid_argument("frugal::cost::advise_batch_window: no feature \"" + std::string(feature) +
                                 "\"");

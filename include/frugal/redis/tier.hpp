@@ -79,9 +79,9 @@ class redis_tier {
     redis_options redis{};
     /// The LRU in front. Both max_entries and max_bytes 0: no local tier, every lookup asks Redis.
     cache_options<key128, V> local{.max_entries = 10'000};
-    /// Where hits and faults are recorded, under `tag`; null for nowhere.
+    /// Where hits and faults are recorded, under `feature`; null for nowhere.
     cost::ledger<>* ledger = nullptr;
-    cost::tag_id tag{};
+    cost::feature_id feature{};
   };
 
   /// @brief Validates the options (std::invalid_argument naming the field). Connects lazily: a Redis that
@@ -271,14 +271,14 @@ class redis_tier {
     pointer p = local_->get(k);
     if (p) {
       local_hits_.fetch_add(1, std::memory_order_relaxed);
-      if (opts_.ledger) opts_.ledger->record_cache_hit(opts_.tag);
+      if (opts_.ledger) opts_.ledger->record_cache_hit(opts_.feature);
     }
     return p;
   }
 
   void fault() {
     fallbacks_.fetch_add(1, std::memory_order_relaxed);
-    if (opts_.ledger) opts_.ledger->record_remote_fault(opts_.tag);
+    if (opts_.ledger) opts_.ledger->record_remote_fault(opts_.feature);
   }
 
   // A bulk reply decoded, or null (counted) when its header or payload does not match.
@@ -301,7 +301,7 @@ class redis_tier {
   void redis_hit(const key128& k, const pointer& p, std::chrono::nanoseconds latency) {
     redis_hits_.fetch_add(1, std::memory_order_relaxed);
     if (local_) local_->put(k, p);
-    if (opts_.ledger) opts_.ledger->record_remote_hit(opts_.tag, latency);
+    if (opts_.ledger) opts_.ledger->record_remote_hit(opts_.feature, latency);
   }
 
   static std::chrono::nanoseconds since(std::chrono::steady_clock::time_point t0) {
@@ -454,7 +454,7 @@ class redis_tier {
     if (local_) {
       if (pointer p = local_->get(k)) {
         local_hits_.fetch_add(1, std::memory_order_relaxed);
-        if (opts_.ledger) opts_.ledger->record_cache_hit(opts_.tag);
+        if (opts_.ledger) opts_.ledger->record_cache_hit(opts_.feature);
         return p;
       }
     }
