@@ -248,7 +248,8 @@ struct ledger_flags {
 // their time at this run's mean time per record.
 class job_ledger {
  public:
-  explicit job_ledger(const ledger_flags& lf) : ledger_(options(lf)), feature_(ledger_.feature("batch_job")) {}
+  explicit job_ledger(const ledger_flags& lf)
+      : ledger_(options(lf)), feature_(ledger_.feature("batch_job")) {}
   // Called on the runner's batch thread, a new one per batch: kept here and recorded from write()'s thread,
   // so that the ledger does not grow a stripe per batch thread.
   void batch(std::size_t n, std::chrono::nanoseconds busy) {

@@ -84,7 +84,8 @@ class serving_loop {
       a.value = nullptr;
     }
     if (a.hit) ledger_.record_cache_hit(feature_);
-    ledger_.record_request(feature_, std::chrono::duration_cast<std::chrono::nanoseconds>(clock::now() - start),
+    ledger_.record_request(feature_,
+                           std::chrono::duration_cast<std::chrono::nanoseconds>(clock::now() - start),
                            a.value ? frugal::cost::outcome::ok : frugal::cost::outcome::error);
     return a;
   }

@@ -1,5 +1,6 @@
 // Prints a ledger's Prometheus exposition, for `promtool check metrics`; the ledger is fed as the demo does,
-// with every kind of record, two features (one with a label value that needs escaping), two devices and alerts.
+// with every kind of record, two features (one with a label value that needs escaping), two devices and
+// alerts.
 #include <chrono>
 #include <cstdio>
 

@@ -300,8 +300,8 @@ TEST_CASE("ledger: bad input gets a clear error naming what was wrong") {
     CHECK_THROWS_WITH_AS(l.feature("c"), doctest::Contains("max_features = 2"), std::length_error);
     CHECK_THROWS_AS(l.feature(""), std::invalid_argument);
     CHECK_THROWS_AS(l.record_batch({.feature = fc::feature_id{}, .busy = 1ms}), std::out_of_range);
-    CHECK_THROWS_WITH_AS(l.record_batch({.feature = a, .device = 2, .busy = 1ms}), doctest::Contains("device 2"),
-                         std::out_of_range);
+    CHECK_THROWS_WITH_AS(l.record_batch({.feature = a, .device = 2, .busy = 1ms}),
+                         doctest::Contains("device 2"), std::out_of_range);
     CHECK_THROWS_WITH_AS(l.record_batch({.feature = a, .busy = -1ms}),
                          doctest::Contains("busy must not be negative"), std::invalid_argument);
     CHECK_THROWS_AS(l.record_batch({.feature = a, .busy = 1ms, .batch_size = 0}), std::invalid_argument);
@@ -374,7 +374,8 @@ TEST_CASE(
   for (auto& l : ledgers) features.push_back(l->feature("chat"));
   for (int round = 0; round < 50; ++round)
     for (std::size_t i = 0; i < ledgers.size(); ++i)
-      ledgers[i]->record_batch({.feature = features[i], .busy = std::chrono::milliseconds(i + 1), .batch_size = 2});
+      ledgers[i]->record_batch(
+          {.feature = features[i], .busy = std::chrono::milliseconds(i + 1), .batch_size = 2});
   for (std::size_t i = 0; i < ledgers.size(); ++i) {
     const auto s = ledgers[i]->snapshot();
     CHECK(s.total.batches == 50);
@@ -408,7 +409,8 @@ TEST_CASE("exports: Prometheus, JSON and table carry the snapshot's figures") {
   const std::string p = fc::to_prometheus(s);
   CHECK(p.find("# TYPE frugal_gpu_busy_seconds_total counter") != std::string::npos);
   CHECK(p.find("frugal_gpu_busy_seconds_total{feature=\"chat\"} 0.26") != std::string::npos);
-  CHECK(p.find("frugal_requests_total{feature=\"chat\",outcome=\"deadline_exceeded\"} 1") != std::string::npos);
+  CHECK(p.find("frugal_requests_total{feature=\"chat\",outcome=\"deadline_exceeded\"} 1") !=
+        std::string::npos);
   CHECK(p.find("frugal_cost_usd_total{feature=\"chat\"} 0.00026") != std::string::npos);
   CHECK(p.find("frugal_gpu_utilization_ratio{device=\"0\",gpu_class=\"A100\"} 0.0029") != std::string::npos);
   CHECK(p.find("frugal_request_duration_seconds_bucket{feature=\"chat\",le=\"0.1\"} 18") !=
@@ -485,9 +487,11 @@ TEST_CASE("advisors: right-size picks the cheapest type that fits the memory and
   CHECK(a.best.hourly_cost == money::parse("$8.00"));
   CHECK_FALSE(a.candidates.back().fits);
   // 70B at int4: 42 GB -> small 2 for memory; spot prices: small x2 = $0.80.
-  a = fc::advise_right_size(
-      {.parameters_billions = 70, .weights = frugal::element_type::i4, .required_throughput = 0.5, .spot = true},
-      catalog);
+  a = fc::advise_right_size({.parameters_billions = 70,
+                             .weights = frugal::element_type::i4,
+                             .required_throughput = 0.5,
+                             .spot = true},
+                            catalog);
   CHECK(a.memory_needed_bytes == 42'000'000'000);
   CHECK(a.best.name == "small");
   CHECK(a.best.hourly_cost == money::parse("$0.80"));

@@ -415,7 +415,8 @@ std::vector<T> random_half(std::size_t n, float lo, float hi, std::vector<float>
 template <class T>
 void check_f16_gemm(shape s, frugal::element_type out, bool epilogue, fc::cublaslt_context& lt,
                     fc::gemm_tile tile = fc::gemm_tile::automatic) {
-  constexpr frugal::element_type ab = std::is_same_v<T, __half> ? frugal::element_type::f16 : frugal::element_type::bf16;
+  constexpr frugal::element_type ab =
+      std::is_same_v<T, __half> ? frugal::element_type::f16 : frugal::element_type::bf16;
   CAPTURE(s.m);
   CAPTURE(s.n);
   CAPTURE(s.k);
@@ -512,7 +513,8 @@ TEST_CASE("gemm_f16: fp16 and bf16 match the host and cuBLASLt" * FRUGAL_NEEDS_G
   check_f16_gemm<__nv_bfloat16>({7, 4096, 4096}, frugal::element_type::bf16, false, lt);
   check_f16_gemm<__nv_bfloat16>({1024, 1032, 2056}, frugal::element_type::f32, true, lt);
   check_f16_gemm<__nv_bfloat16>({64, 64, 8192}, frugal::element_type::bf16, false, lt);
-  check_f16_gemm<__nv_bfloat16>({300, 1000, 1024}, frugal::element_type::bf16, false, lt, fc::gemm_tile::large);
+  check_f16_gemm<__nv_bfloat16>({300, 1000, 1024}, frugal::element_type::bf16, false, lt,
+                                fc::gemm_tile::large);
   check_f16_gemm<__half>({2048, 2048, 1024}, frugal::element_type::f32, true, lt, fc::gemm_tile::small);
 }
 
@@ -521,7 +523,8 @@ namespace {
 template <class T>
 void check_weight_only(shape s, bool int4, int group, bool asym, int split_k, frugal::element_type out,
                        fc::cublaslt_context* lt, int block_n = 0) {
-  constexpr frugal::element_type xt = std::is_same_v<T, __half> ? frugal::element_type::f16 : frugal::element_type::bf16;
+  constexpr frugal::element_type xt =
+      std::is_same_v<T, __half> ? frugal::element_type::f16 : frugal::element_type::bf16;
   CAPTURE(s.m);
   CAPTURE(s.n);
   CAPTURE(s.k);
@@ -692,7 +695,8 @@ TEST_CASE("gemm_w8a16: within 1e-2 relative error of the dequantised reference, 
   check_weight_only<__half>({7, 1000, 1008}, false, 0, false, 3, frugal::element_type::f16, nullptr, 64);
   check_weight_only<__half>({16, 4096, 14336}, false, 0, false, 0, frugal::element_type::f16, &lt);
   check_weight_only<__half>({17, 520, 4096}, false, 0, false, 0, frugal::element_type::f16, nullptr);
-  check_weight_only<__nv_bfloat16>({3, 4096, 4096}, false, 0, false, 0, frugal::element_type::bf16, nullptr, 32);
+  check_weight_only<__nv_bfloat16>({3, 4096, 4096}, false, 0, false, 0, frugal::element_type::bf16, nullptr,
+                                   32);
   check_weight_only<__nv_bfloat16>({64, 264, 1024}, false, 0, false, 2, frugal::element_type::f32, nullptr);
 }
 
@@ -706,7 +710,8 @@ TEST_CASE("gemm_w4a16: symmetric and asymmetric groups, within 1e-2 relative err
   check_weight_only<__half>({7, 1000, 1024}, true, 64, false, 5, frugal::element_type::f16, nullptr, 64);
   check_weight_only<__half>({16, 4096, 4096}, true, 128, true, 0, frugal::element_type::f16, &lt);
   check_weight_only<__half>({17, 520, 2048}, true, 128, false, 0, frugal::element_type::f32, nullptr);
-  check_weight_only<__nv_bfloat16>({3, 4096, 4096}, true, 128, false, 0, frugal::element_type::bf16, nullptr, 32);
+  check_weight_only<__nv_bfloat16>({3, 4096, 4096}, true, 128, false, 0, frugal::element_type::bf16, nullptr,
+                                   32);
   check_weight_only<__nv_bfloat16>({128, 264, 1024}, true, 64, true, 2, frugal::element_type::f32, nullptr);
 }
 
@@ -816,5 +821,6 @@ TEST_CASE("gemm sm_90a wgmma kernel: bit-exact with the mma.sync kernel, fp16/bf
   REQUIRE(lt.initialize().str() == "success");
   check_f16_gemm<__half>({4096, 4096, 4096}, frugal::element_type::f16, false, lt, fc::gemm_tile::wgmma_sm90);
   check_f16_gemm<__half>({17, 1000, 1000}, frugal::element_type::f32, true, lt, fc::gemm_tile::wgmma_sm90);
-  check_f16_gemm<__nv_bfloat16>({300, 1000, 1024}, frugal::element_type::bf16, false, lt, fc::gemm_tile::wgmma_sm90);
+  check_f16_gemm<__nv_bfloat16>({300, 1000, 1024}, frugal::element_type::bf16, false, lt,
+                                fc::gemm_tile::wgmma_sm90);
 }

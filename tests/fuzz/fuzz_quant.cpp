@@ -78,7 +78,8 @@ std::int32_t stored(const q::quantized_tensor& t, std::size_t r, std::size_t c) 
 }
 
 bool scheme_ok(const q::scheme& s, std::size_t cols) {
-  if (s.type != frugal::element_type::i8 && s.type != frugal::element_type::u8 && s.type != frugal::element_type::i4)
+  if (s.type != frugal::element_type::i8 && s.type != frugal::element_type::u8 &&
+      s.type != frugal::element_type::i4)
     return false;
   if (s.granularity == q::granularity::per_channel && s.axis != 0 && s.axis != 1) return false;
   if (s.granularity == q::granularity::per_group &&
@@ -186,8 +187,9 @@ float take_float(FuzzedDataProvider& fdp) {
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* bytes, std::size_t size) {
   FuzzedDataProvider fdp(bytes, size);
   q::scheme s;
-  constexpr frugal::element_type types[] = {frugal::element_type::i8, frugal::element_type::u8, frugal::element_type::i4,
-                                       frugal::element_type::f32, frugal::element_type::f16};
+  constexpr frugal::element_type types[] = {frugal::element_type::i8, frugal::element_type::u8,
+                                            frugal::element_type::i4, frugal::element_type::f32,
+                                            frugal::element_type::f16};
   s.type = types[fdp.ConsumeIntegralInRange<int>(0, 4)];
   s.granularity = static_cast<q::granularity>(fdp.ConsumeIntegralInRange<int>(0, 2));
   s.axis = fdp.ConsumeIntegralInRange<int>(-1, 2);
@@ -269,7 +271,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* bytes, std::size_t siz
       t.scheme = s;
       t.rows = rows;
       t.cols = cols;
-      t.data = fdp.ConsumeBytes<std::uint8_t>(rows * (s.type == frugal::element_type::i4 ? (cols + 1) / 2 : cols));
+      t.data =
+          fdp.ConsumeBytes<std::uint8_t>(rows * (s.type == frugal::element_type::i4 ? (cols + 1) / 2 : cols));
       t.data.resize(rows * (s.type == frugal::element_type::i4 ? (cols + 1) / 2 : cols));
       if (s.type == frugal::element_type::i4 && cols % 2 == 1)
         for (std::size_t r = 0; r < rows; ++r) t.data[r * ((cols + 1) / 2) + cols / 2] &= 0x0f;

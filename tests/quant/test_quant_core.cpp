@@ -321,7 +321,8 @@ TEST_CASE("quant: every SIMD path quantizes and dequantizes bit for bit like the
   for (auto& v : x) v = nd(rng);
   for (std::size_t i = 0; i < x.size(); i += 5)
     x[i] = std::nearbyint(x[i] * 4) / 4 + 0.5f;  // exact halves at scale 1
-  for (frugal::element_type t : {frugal::element_type::i8, frugal::element_type::u8, frugal::element_type::i4})
+  for (frugal::element_type t :
+       {frugal::element_type::i8, frugal::element_type::u8, frugal::element_type::i4})
     for (bool symmetric : {true, false})
       for (auto rounding : {q::rounding_mode::half_to_even, q::rounding_mode::half_away_from_zero}) {
         std::vector<q::scheme> schemes = {{.type = t, .symmetric = symmetric, .rounding = rounding},

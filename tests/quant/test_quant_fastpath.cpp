@@ -209,7 +209,8 @@ TEST_CASE("quant fast path: whole tensors quantize alike on every path, per grou
   const std::size_t rows = 7, cols = 384;
   std::vector<float> x = hard_data(rows * cols, 0.05f, 0, rng);
   for (std::size_t i = 0; i < x.size(); i += 3) x[i] = std::normal_distribution<float>(0.0f, 1.0f)(rng);
-  for (frugal::element_type t : {frugal::element_type::i8, frugal::element_type::u8, frugal::element_type::i4})
+  for (frugal::element_type t :
+       {frugal::element_type::i8, frugal::element_type::u8, frugal::element_type::i4})
     for (bool symmetric : {true, false})
       for (auto g : {q::granularity::per_tensor, q::granularity::per_channel, q::granularity::per_group}) {
         const q::scheme s{.type = t,
@@ -260,7 +261,8 @@ TEST_CASE(
     "quant fast path: symmetric groups quantized one at a time equal the portable path, odd sizes too") {
   std::mt19937 rng(41);
   for (int g : {32, 48, 64, 96, 256})
-    for (frugal::element_type t : {frugal::element_type::i8, frugal::element_type::u8, frugal::element_type::i4})
+    for (frugal::element_type t :
+         {frugal::element_type::i8, frugal::element_type::u8, frugal::element_type::i4})
       for (bool narrow : {true, false})
         for (auto policy : {q::nonfinite_policy::error, q::nonfinite_policy::saturate})
           for (auto rounding : {q::rounding_mode::half_to_even, q::rounding_mode::half_away_from_zero}) {
@@ -299,7 +301,8 @@ TEST_CASE(
 TEST_CASE("quant fast path: exact ties of x / scale in symmetric groups round by the scheme's mode") {
   // Each group's max |x| is 31.75 (i8, u8: 31.75 / 127) or 1.75 (i4: 1.75 / 7), so every scale is 0.25
   // exactly and every (k + 0.5) * 0.25 is an exact tie of x / scale.
-  for (frugal::element_type t : {frugal::element_type::i8, frugal::element_type::u8, frugal::element_type::i4}) {
+  for (frugal::element_type t :
+       {frugal::element_type::i8, frugal::element_type::u8, frugal::element_type::i4}) {
     const float top = t == frugal::element_type::i4 ? 1.75f : 31.75f;
     const int kmax = t == frugal::element_type::i4 ? 6 : 126;
     const std::size_t g = 64, rows = 3, cols = 4 * g;

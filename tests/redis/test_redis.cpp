@@ -276,7 +276,8 @@ TEST_CASE(
   opts.breaker_failures = 2;
   opts.breaker_backoff = 100ms;
   opts.breaker_jitter = 0;
-  manual_tier t(manual_tier::options_type{.redis = opts, .local = {}, .ledger = &ledger, .feature = feature}, clock);
+  manual_tier t(manual_tier::options_type{.redis = opts, .local = {}, .ledger = &ledger, .feature = feature},
+                clock);
   int calls = 0;
   auto compute = [&](std::uint64_t id) {
     return t.get_or_compute(key_of(id), [&] {

@@ -12,11 +12,11 @@
 #include <cstdint>
 #include <string>
 
+#include "frugal/cuda/errors.cuh"
 #include "frugal/cuda/gemm/arguments.cuh"
 #include "frugal/cuda/gemm/device/checks.cuh"
 #include "frugal/cuda/gemm/kernel/epilogue.cuh"
 #include "frugal/cuda/memory.cuh"
-#include "frugal/cuda/errors.cuh"
 #include "frugal/namespace.hpp"
 
 FRUGAL_BEGIN_NAMESPACE
@@ -106,8 +106,8 @@ class lt_matmul {
   lt_matmul& operator=(const lt_matmul&) = delete;
   ~lt_matmul() { release(); }
 
-  status initialize(const cublaslt_context& ctx, int m, int n, int k, element_type ab, int lda, int ldb, element_type c,
-                    int ldc, cublasComputeType_t compute, cudaDataType_t scale) {
+  status initialize(const cublaslt_context& ctx, int m, int n, int k, element_type ab, int lda, int ldb,
+                    element_type c, int ldc, cublasComputeType_t compute, cudaDataType_t scale) {
     release();
     ctx_ = &ctx;
     if (auto s = cublas_status(cublasLtMatmulDescCreate(&desc_, compute, scale), "cublasLtMatmulDescCreate");
@@ -139,8 +139,7 @@ class lt_matmul {
         cublasLtMatmulAlgoGetHeuristic(ctx.handle(), desc_, la_, lb_, lc_, lc_, pref, 1, &algo_, &found);
     (void)cublasLtMatmulPreferenceDestroy(pref);
     if (auto s = cublas_status(hs, "cublasLtMatmulAlgoGetHeuristic"); !s) return s;
-    if (found == 0)
-      return make_status(cuda_errc::cublas_error, "cuBLASLt found no algorithm for this shape");
+    if (found == 0) return make_status(cuda_errc::cublas_error, "cuBLASLt found no algorithm for this shape");
     return status::ok();
   }
 
@@ -217,7 +216,8 @@ class cublaslt_gemm_w8a8 {
     if (a.c_type != element_type::i32) {
       if (auto s = detail::check_activation("cublaslt_gemm_w8a8", a.act); !s) return s;
     }
-    if (a.c_type != element_type::f32 && a.c_type != element_type::f16 && a.c_type != element_type::bf16 && a.c_type != element_type::i32)
+    if (a.c_type != element_type::f32 && a.c_type != element_type::f16 && a.c_type != element_type::bf16 &&
+        a.c_type != element_type::i32)
       return make_status(cuda_errc::unsupported_type,
                          "cublaslt_gemm_w8a8: output must be f32, f16, bf16 or i32");
     return detail::check_output("cublaslt_gemm_w8a8", a.c, a.ldc, a.n, a.c_type);

@@ -29,8 +29,8 @@ inline status device_malloc(void** p, std::size_t n, std::size_t elem) {
   if (n == 0) return status::ok();
   if (n > std::numeric_limits<std::size_t>::max() / elem)
     return make_status(cuda_errc::invalid_problem, "frugal::cuda::device_buffer: " + std::to_string(n) +
-                                                         " elements of " + std::to_string(elem) +
-                                                         " bytes overflow size_t");
+                                                       " elements of " + std::to_string(elem) +
+                                                       " bytes overflow size_t");
   const std::size_t bytes = n * elem;
   const cudaError_t e = cudaMalloc(p, bytes);
   if (e == cudaSuccess) return status::ok();

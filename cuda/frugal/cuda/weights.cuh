@@ -15,10 +15,10 @@
 #include <span>
 #include <string>
 
+#include "frugal/cuda/errors.cuh"
 #include "frugal/cuda/gemm/arguments.cuh"
 #include "frugal/cuda/gemm/device/checks.cuh"
 #include "frugal/cuda/memory.cuh"
-#include "frugal/cuda/errors.cuh"
 #include "frugal/namespace.hpp"
 
 // Eigen 3.4 itself trips nvcc's warning 20012 (__host__ on a defaulted function); it is not ours.

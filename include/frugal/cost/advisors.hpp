@@ -126,10 +126,10 @@ inline replica_advice advise_replicas(const ledger_snapshot& s, const replica_po
 struct right_size_request {
   double parameters_billions = 0;
   element_type weights = element_type::f16;  ///< its bits per parameter size the model's memory
-  double headroom = 0.20;            ///< extra memory over the weights, for KV cache and activations
-  double required_throughput = 1.0;  ///< in the catalog's relative units (A100 40GB = 1)
-  int max_gpus = 8;                  ///< most GPUs of one type in a deployment (tensor parallel)
-  bool spot = false;                 ///< price at spot where the catalog has a spot price
+  double headroom = 0.20;                    ///< extra memory over the weights, for KV cache and activations
+  double required_throughput = 1.0;          ///< in the catalog's relative units (A100 40GB = 1)
+  int max_gpus = 8;                          ///< most GPUs of one type in a deployment (tensor parallel)
+  bool spot = false;                         ///< price at spot where the catalog has a spot price
 };
 
 struct right_size_candidate {

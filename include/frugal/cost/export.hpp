@@ -105,7 +105,8 @@ inline void append_prometheus(prometheus_writer& out, const ledger_snapshot& s,
   for (const auto& t : s.features) w.sample("_batches_total", feature(t), std::to_string(t.batches));
   w.family("_batch_items_total", prometheus_type::counter,
            "Requests run in batches (sum of batch sizes), by feature.");
-  for (const auto& t : s.features) w.sample("_batch_items_total", feature(t), std::to_string(t.batched_items));
+  for (const auto& t : s.features)
+    w.sample("_batch_items_total", feature(t), std::to_string(t.batched_items));
   w.family("_batch_fill_ratio", prometheus_type::gauge, "Batched items over batch capacity, by feature.");
   for (const auto& t : s.features) w.sample("_batch_fill_ratio", feature(t), num(t.fill));
   w.family("_tokens_total", prometheus_type::counter, "Tokens processed, by feature and direction.");
@@ -122,20 +123,24 @@ inline void append_prometheus(prometheus_writer& out, const ledger_snapshot& s,
   for (const auto& t : s.features) w.sample("_remote_hits_total", feature(t), std::to_string(t.remote_hits));
   w.family("_remote_hit_seconds_total", prometheus_type::counter,
            "Summed latency of the shared tier's hits, by feature.");
-  for (const auto& t : s.features) w.sample("_remote_hit_seconds_total", feature(t), seconds(t.remote_latency));
+  for (const auto& t : s.features)
+    w.sample("_remote_hit_seconds_total", feature(t), seconds(t.remote_latency));
   w.family("_remote_faults_total", prometheus_type::counter,
            "Shared-tier faults that fell back to the model, by feature.");
-  for (const auto& t : s.features) w.sample("_remote_faults_total", feature(t), std::to_string(t.remote_faults));
+  for (const auto& t : s.features)
+    w.sample("_remote_faults_total", feature(t), std::to_string(t.remote_faults));
   w.family("_semantic_hits_total", prometheus_type::counter,
            "Of the cache hits, those a semantic cache answered from a similar input, by feature.");
-  for (const auto& t : s.features) w.sample("_semantic_hits_total", feature(t), std::to_string(t.semantic_hits));
+  for (const auto& t : s.features)
+    w.sample("_semantic_hits_total", feature(t), std::to_string(t.semantic_hits));
   w.family("_semantic_saved_seconds", prometheus_type::gauge,
            "Of the GPU time the cache saved, what semantic hits saved (estimated), by feature.");
   for (const auto& t : s.features)
     w.sample("_semantic_saved_seconds", feature(t), seconds(t.semantic_saved_time));
   w.family("_semantic_saved_" + cur, prometheus_type::gauge,
            "Of the money the cache saved, what semantic hits saved (estimated), by feature.");
-  for (const auto& t : s.features) w.sample("_semantic_saved_" + cur, feature(t), t.semantic_saved.to_decimal());
+  for (const auto& t : s.features)
+    w.sample("_semantic_saved_" + cur, feature(t), t.semantic_saved.to_decimal());
   w.family("_cascade_escalations_total", prometheus_type::counter,
            "Requests a cascade's tier passed on to the next tier, by feature (each tier is one).");
   for (const auto& t : s.features)
@@ -143,10 +148,12 @@ inline void append_prometheus(prometheus_writer& out, const ledger_snapshot& s,
   w.family("_cascade_saved_seconds", prometheus_type::gauge,
            "GPU time a cascade's tier saved against sending every request to the last tier (negative when "
            "escalations cost more), by feature.");
-  for (const auto& t : s.features) w.sample("_cascade_saved_seconds", feature(t), seconds(t.cascade_saved_time));
+  for (const auto& t : s.features)
+    w.sample("_cascade_saved_seconds", feature(t), seconds(t.cascade_saved_time));
   w.family("_cascade_saved_" + cur, prometheus_type::gauge,
            "Money a cascade's tier saved against sending every request to the last tier, by feature.");
-  for (const auto& t : s.features) w.sample("_cascade_saved_" + cur, feature(t), t.cascade_saved.to_decimal());
+  for (const auto& t : s.features)
+    w.sample("_cascade_saved_" + cur, feature(t), t.cascade_saved.to_decimal());
   w.family("_cache_saved_seconds", prometheus_type::gauge,
            "GPU time the cache saved (estimated), by feature.");
   for (const auto& t : s.features) w.sample("_cache_saved_seconds", feature(t), seconds(t.cache_saved_time));
@@ -155,7 +162,8 @@ inline void append_prometheus(prometheus_writer& out, const ledger_snapshot& s,
   w.family(
       "_batching_saved_" + cur, prometheus_type::gauge,
       "Money batching saved against running each request alone, from the fitted a*n+b model, by feature.");
-  for (const auto& t : s.features) w.sample("_batching_saved_" + cur, feature(t), t.batching_saved.to_decimal());
+  for (const auto& t : s.features)
+    w.sample("_batching_saved_" + cur, feature(t), t.batching_saved.to_decimal());
 
   w.family("_request_duration_seconds", prometheus_type::histogram,
            "End-to-end request latency, by feature.");

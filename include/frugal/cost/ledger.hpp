@@ -37,8 +37,8 @@ struct ledger_options {
   std::vector<gpu_price> prices;
   /// The devices (or replicas) paid for from the ledger's start; a device id is an index here.
   std::vector<device_spec> devices;
-  /// Most distinct features. Features become Prometheus labels, so keep them a small set of names such as chat or search; raise this
-  /// only for a few more features, never for per-user or per-request values.
+  /// Most distinct features. Features become Prometheus labels, so keep them a small set of names such as
+  /// chat or search; raise this only for a few more features, never for per-user or per-request values.
   std::size_t max_features = 32;
   /// What happens to idle cost; none reports it apart, as OpenCost does by default.
   idle_sharing share_idle = idle_sharing::none;
@@ -215,9 +215,11 @@ class ledger {
   ledger(const ledger&) = delete;
   ledger& operator=(const ledger&) = delete;
 
-  /// @brief The id of feature `name`, interning it on first use; throws std::length_error past options.max_features.
+  /// @brief The id of feature `name`, interning it on first use; throws std::length_error past
+  /// options.max_features.
   feature_id feature(std::string_view name) {
-    if (name.empty()) throw std::invalid_argument("frugal::cost::ledger::feature: a feature name must not be empty");
+    if (name.empty())
+      throw std::invalid_argument("frugal::cost::ledger::feature: a feature name must not be empty");
     if (!detail::printable_utf8(name))
       throw std::invalid_argument(
           "frugal::cost::ledger::feature: a feature name must be valid UTF-8 without control characters");
@@ -291,7 +293,8 @@ class ledger {
     s.add(base + detail::f_latency_sum, sum);
   }
 
-  /// @brief Records a cache hit that saved what an average miss of this feature costs (its busy time per item).
+  /// @brief Records a cache hit that saved what an average miss of this feature costs (its busy time per
+  /// item).
   void record_cache_hit(feature_id feature) {
     check_feature(feature, "record_cache_hit");
     local_stripe().add(feature.value * stride_ + detail::f_hits_implicit, 1);
@@ -333,7 +336,8 @@ class ledger {
     detail::stripe& s = local_stripe();
     s.add(feature.value * stride_ + detail::f_hits_implicit, 1);
     s.add(feature.value * stride_ + detail::f_remote_hits, 1);
-    s.add(feature.value * stride_ + detail::f_remote_latency_sum, static_cast<std::uint64_t>(latency.count()));
+    s.add(feature.value * stride_ + detail::f_remote_latency_sum,
+          static_cast<std::uint64_t>(latency.count()));
   }
   /// @brief Records a shared cache tier's fault (down, slow, an error) that fell back to the model.
   void record_remote_fault(feature_id feature) {
@@ -352,7 +356,8 @@ class ledger {
   }
   /// @brief A cascade's tier (this feature), not the last, answered a request after `spent` of its own model
   /// time, so the last tier's call, which takes `avoided`, was not made.
-  void record_cascade_answer(feature_id tier, std::chrono::nanoseconds avoided, std::chrono::nanoseconds spent) {
+  void record_cascade_answer(feature_id tier, std::chrono::nanoseconds avoided,
+                             std::chrono::nanoseconds spent) {
     check_feature(tier, "record_cascade_answer");
     check_duration(avoided, "record_cascade_answer", "avoided");
     check_duration(spent, "record_cascade_answer", "spent");
@@ -373,7 +378,8 @@ class ledger {
   /// @brief Records a model unload on a device.
   void record_model_unload(std::size_t device) {
     check_device(device, "record_model_unload");
-    local_stripe().add(options_.max_features * stride_ + device * detail::d_field_count + detail::d_unloads, 1);
+    local_stripe().add(options_.max_features * stride_ + device * detail::d_field_count + detail::d_unloads,
+                       1);
   }
 
   /// @brief Records a preemption of a job on a device (frugal::job: a resume after an interruption) and

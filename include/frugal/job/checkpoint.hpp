@@ -111,7 +111,8 @@ inline std::string serialize_checkpoint(const checkpoint& c) {
   return j.dump() + "\n";
 }
 
-/// @brief Parses serialize_checkpoint's text; throws job_errc::checkpoint_corrupt naming `path` on anything else.
+/// @brief Parses serialize_checkpoint's text; throws job_errc::checkpoint_corrupt naming `path` on anything
+/// else.
 inline checkpoint parse_checkpoint(const std::string& text, const std::string& path) {
   auto corrupt = [&](const std::string& why) -> error {
     return error(job_errc::checkpoint_corrupt,
@@ -173,7 +174,7 @@ inline void check_checkpoint_matches(const checkpoint& c, const std::string& job
   const std::string where = "checkpoint " + dir + "/" + checkpoint_file_name;
   if (c.job_name != job_name)
     throw error(job_errc::checkpoint_mismatch, where + " belongs to job \"" + c.job_name + "\", not \"" +
-                                               job_name + "\"; refusing to reuse it");
+                                                   job_name + "\"; refusing to reuse it");
   if (c.input != input)
     throw error(job_errc::checkpoint_mismatch,
                 where + " was written for another input (size " + std::to_string(c.input.size) + ", hash " +

@@ -36,7 +36,8 @@ class error : public std::runtime_error {
 
 namespace detail {
 [[noreturn]] inline void throw_io(const std::string& op, const std::string& path, int e) {
-  throw error(job_errc::io, op + " " + path + ": " + std::strerror(e) + " (errno " + std::to_string(e) + ")", e);
+  throw error(job_errc::io, op + " " + path + ": " + std::strerror(e) + " (errno " + std::to_string(e) + ")",
+              e);
 }
 }  // namespace detail
 

@@ -73,22 +73,25 @@ class error : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-/// @brief One tensor: its element type, its shape and its bytes (inside the mapping; not necessarily aligned).
+/// @brief One tensor: its element type, its shape and its bytes (inside the mapping; not necessarily
+/// aligned).
 struct tensor_view {
   std::string name;
   element_type type = element_type::f32;
   std::vector<std::size_t> shape;
   std::span<const std::byte> data;
-  std::size_t elements() const noexcept { return data.size() / (static_cast<std::size_t>(element_bits(type)) / 8); }
+  std::size_t elements() const noexcept {
+    return data.size() / (static_cast<std::size_t>(element_bits(type)) / 8);
+  }
 };
 
 namespace detail {
 
 inline bool parse_type_name(const std::string& s, element_type& out) {
   static constexpr element_type types[] = {
-      element_type::boolean, element_type::u8,  element_type::i8,  element_type::i16, element_type::u16,
+      element_type::boolean, element_type::u8,   element_type::i8,  element_type::i16, element_type::u16,
       element_type::f16,     element_type::bf16, element_type::i32, element_type::u32, element_type::f32,
-      element_type::f64,     element_type::i64, element_type::u64};
+      element_type::f64,     element_type::i64,  element_type::u64};
   for (const element_type t : types)
     if (s == type_name(t)) {
       out = t;
@@ -274,7 +277,7 @@ class file {
           std::uint16_t h;
           std::memcpy(&h, p + 2 * i, 2);
           out[i] = t.type == element_type::f16 ? quant::detail::half_bits_to_float(h)
-                                        : quant::detail::bf16_bits_to_float(h);
+                                               : quant::detail::bf16_bits_to_float(h);
         }
         break;
       default:

@@ -188,7 +188,8 @@ class cascade {
         took = std::chrono::duration_cast<std::chrono::nanoseconds>(c.opts_.ledger->clock().now() - t0);
         try {
           const auto o = std::uncaught_exceptions() > unwinding ? cost::outcome::error : cost::outcome::ok;
-          c.opts_.ledger->record_batch({.feature = c.features_[i], .device = c.opts_.ledger_device, .busy = took});
+          c.opts_.ledger->record_batch(
+              {.feature = c.features_[i], .device = c.opts_.ledger_device, .busy = took});
           c.opts_.ledger->record_request(c.features_[i], took, o);
         } catch (...) {  // a call the ledger refuses (past its range) is not booked
         }
@@ -228,7 +229,8 @@ class cascade {
         if (last_calls_ != 0) mean = last_time_ / static_cast<std::int64_t>(last_calls_);
       }
       for (const auto& [k, u] : flush)
-        opts_.ledger->record_cascade_answer(features_[k], mean * static_cast<std::int64_t>(u.answers), u.spent);
+        opts_.ledger->record_cascade_answer(features_[k], mean * static_cast<std::int64_t>(u.answers),
+                                            u.spent);
     } catch (...) {  // as above: not booked
     }
   }

@@ -24,8 +24,8 @@ enum class gemm_tile { automatic, large, small, wgmma_sm90 };
 
 /// @brief W8A8: C = act((acc - zero_a[m]*colsum_b[n]) * scale_a[m] * scale_b[n] + bias[n]), acc = sum_k
 /// A[m][k]*B[n][k] exact in int32. A is M×K row-major int8 (activations), B is N×K row-major int8 (weights,
-/// K-major). With `c_type == element_type::i32` the raw int32 accumulators are written and the epilogue fields are
-/// ignored.
+/// K-major). With `c_type == element_type::i32` the raw int32 accumulators are written and the epilogue
+/// fields are ignored.
 struct gemm_w8a8_arguments {
   int m = 0, n = 0, k = 0;
   const std::int8_t* a = nullptr;
@@ -39,7 +39,7 @@ struct gemm_w8a8_arguments {
   const float* bias = nullptr;             ///< optional [N]
   quant::activation_kind act = quant::activation_kind::none;  ///< none, relu or gelu (tanh); not gelu_erf
   void* c = nullptr;
-  int ldc = 0;                ///< elements
+  int ldc = 0;                              ///< elements
   element_type c_type = element_type::f16;  ///< f32, f16, bf16 or i32
   gemm_tile tile = gemm_tile::automatic;
 };

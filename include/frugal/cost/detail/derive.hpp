@@ -34,8 +34,8 @@ inline money saturated_money(int128 v, currency c) {
   return money::from_nanos(static_cast<std::int64_t>(v > top ? top : v < -top ? -top : v), c);
 }
 
-// amount * part / whole. Saved time is priced this way at a feature's busy rate, and a feature with little busy
-// time and much saved time (hits priced at the average miss) can be worth more than money holds: the
+// amount * part / whole. Saved time is priced this way at a feature's busy rate, and a feature with little
+// busy time and much saved time (hits priced at the average miss) can be worth more than money holds: the
 // figure saturates, as the ledger's counters do, rather than making snapshot() throw (found by fuzz_ledger).
 inline money price_share(money amount, std::uint64_t part, std::uint64_t whole) {
   if (whole == 0) return money::from_nanos(0, amount.cur());
@@ -237,8 +237,8 @@ inline ledger_snapshot derive(std::shared_ptr<const ledger_config> cfg, raw_stat
     t.cost_per_request = t.requests ? t.cost.divided_by(static_cast<std::int64_t>(t.requests)) : zero;
     const auto busy = static_cast<std::uint64_t>(t.busy.count());
     const auto fleet_ns = wall * nd;
-    // Saved time is priced at what this feature's busy time cost per ns, or at the fleet's paid rate if it had
-    // none.
+    // Saved time is priced at what this feature's busy time cost per ns, or at the fleet's paid rate if it
+    // had none.
     auto price = [&](nanoseconds saved) {
       const auto ns = static_cast<std::uint64_t>(saved.count());
       return busy ? price_share(t.busy_cost, ns, busy) : price_share(s.total_cost, ns, fleet_ns);

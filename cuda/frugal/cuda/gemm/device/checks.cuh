@@ -6,9 +6,9 @@
 #include <cstdint>
 #include <string>
 
+#include "frugal/cuda/errors.cuh"
 #include "frugal/cuda/gemm/arguments.cuh"
 #include "frugal/cuda/gemm/kernel/epilogue.cuh"
-#include "frugal/cuda/errors.cuh"
 #include "frugal/namespace.hpp"
 
 FRUGAL_BEGIN_NAMESPACE
@@ -28,7 +28,8 @@ inline std::size_t bytes_of(element_type t) { return static_cast<std::size_t>(el
 inline status check_output(const char* op, const void* c, int ldc, int n, element_type t) {
   if (c == nullptr) return fail(cuda_errc::invalid_pointer, op, "c is null");
   if (bytes_of(t) == 0)
-    return fail(cuda_errc::unsupported_type, op, std::string("output type ") + to_string(t) + " is not supported");
+    return fail(cuda_errc::unsupported_type, op,
+                std::string("output type ") + to_string(t) + " is not supported");
   if (ldc < n)
     return fail(cuda_errc::invalid_problem, op,
                 "ldc (" + std::to_string(ldc) + ") is smaller than N (" + std::to_string(n) + ")");

@@ -17,6 +17,7 @@
 #include <mutex>
 #include <string>
 
+#include "frugal/cuda/errors.cuh"
 #include "frugal/cuda/gemm/arguments.cuh"
 #include "frugal/cuda/gemm/device/checks.cuh"
 #include "frugal/cuda/gemm/device/prepared.cuh"
@@ -24,7 +25,6 @@
 #include "frugal/cuda/gemm/kernel/gemm_tn_sm90.cuh"
 #include "frugal/cuda/gemm/kernel/quantize_rows.cuh"
 #include "frugal/cuda/gemm/kernel/weight_only_sm80.cuh"
-#include "frugal/cuda/errors.cuh"
 #include "frugal/namespace.hpp"
 
 FRUGAL_BEGIN_NAMESPACE
@@ -186,7 +186,8 @@ inline gemm_tile selected_tile(const Args& a, const device_info& dev) {
 /// @brief Whether gemm_w8a8 can run `args` on a device like `dev`.
 inline status can_implement(const gemm_w8a8_arguments& a, const device_info& dev) {
   constexpr const char* op = "gemm_w8a8";
-  if (a.c_type != element_type::f32 && a.c_type != element_type::f16 && a.c_type != element_type::bf16 && a.c_type != element_type::i32)
+  if (a.c_type != element_type::f32 && a.c_type != element_type::f16 && a.c_type != element_type::bf16 &&
+      a.c_type != element_type::i32)
     return detail::fail(cuda_errc::unsupported_type, op,
                         std::string("output type ") + to_string(a.c_type) + " is not f32, f16, bf16 or i32");
   if (auto s = detail::check_problem(op, a.m, a.n, a.k); !s) return s;
@@ -306,8 +307,7 @@ inline status can_implement(const gemm_w8a16_arguments& a, const device_info& de
   constexpr const char* op = "gemm_w8a16";
   if (auto s = detail::check_weight_only_common(op, a); !s) return s;
   if (a.k % 16 != 0)
-    return detail::fail(cuda_errc::invalid_k, op,
-                        "K (" + std::to_string(a.k) + ") must be a multiple of 16");
+    return detail::fail(cuda_errc::invalid_k, op, "K (" + std::to_string(a.k) + ") must be a multiple of 16");
   if (auto s = detail::check_operand(op, "x", a.x, a.ldx, a.k, 8); !s) return s;
   if (auto s = detail::check_operand(op, "w", a.w, a.ldw, a.k, 16); !s) return s;
   return detail::check_weight_only_tail(op, a, dev);
@@ -339,8 +339,7 @@ inline status can_implement(const quantize_rows_arguments& a, const device_info&
     return detail::fail(cuda_errc::invalid_problem, op,
                         "M and K must be > 0 (got " + std::to_string(a.m) + ", " + std::to_string(a.k) + ")");
   if (a.k % 8 != 0)
-    return detail::fail(cuda_errc::invalid_k, op,
-                        "K (" + std::to_string(a.k) + ") must be a multiple of 8");
+    return detail::fail(cuda_errc::invalid_k, op, "K (" + std::to_string(a.k) + ") must be a multiple of 8");
   if (auto s = detail::check_operand(op, "x", a.x, a.ldx, a.k, 8); !s) return s;
   if (a.q == nullptr) return detail::fail(cuda_errc::invalid_pointer, op, "q is null");
   if (a.ldq < a.k || a.ldq % quantize_rows_q_align != 0 || !detail::aligned(a.q, quantize_rows_q_align))
