@@ -160,6 +160,16 @@ TEST_CASE("job runner: results in input order, one per valid record, malformed r
   CHECK(c->input_offset == c->input.size);
 }
 
+TEST_CASE("job errors: each job_errc has a short name") {
+  CHECK(std::string(to_string(job_errc::io)) == "io");
+  CHECK(std::string(to_string(job_errc::checkpoint_corrupt)) == "checkpoint_corrupt");
+  CHECK(std::string(to_string(job_errc::checkpoint_mismatch)) == "checkpoint_mismatch");
+  CHECK(std::string(to_string(job_errc::bad_record)) == "bad_record");
+  CHECK(std::string(to_string(job_errc::batch_failed)) == "batch_failed");
+  CHECK(std::string(to_string(job_errc::invalid_options)) == "invalid_options");
+  CHECK(std::string(to_string(static_cast<job_errc>(99))) == "unknown");
+}
+
 TEST_CASE("job runner: with stop_on_bad_record the first malformed record stops the job, naming its line") {
   temp_dir d;
   job_test::spit(d / "in.jsonl", corpus(3) + "{oops\n" + corpus(2));

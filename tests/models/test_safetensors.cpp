@@ -90,6 +90,14 @@ TEST_CASE(
   CHECK(has(type, "'i' has dtype I32"));
 }
 
+TEST_CASE("safetensors: type_name gives the format's names, and ? for a type it does not store") {
+  CHECK(std::string(st::type_name(frugal::element_type::f32)) == "F32");
+  CHECK(std::string(st::type_name(frugal::element_type::bf16)) == "BF16");
+  CHECK(std::string(st::type_name(frugal::element_type::boolean)) == "BOOL");
+  CHECK(std::string(st::type_name(frugal::element_type::u64)) == "U64");
+  CHECK(std::string(st::type_name(frugal::element_type::i4)) == "?");
+}
+
 TEST_CASE("safetensors: truncated files are errors, never reads past the end") {
   CHECK(has(error_of({}), "truncated"));
   CHECK(has(error_of(std::vector<std::byte>(5)), "shorter than the 8-byte header length"));

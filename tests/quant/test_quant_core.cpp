@@ -122,6 +122,23 @@ std::string error_of(F&& f) {
 
 }  // namespace
 
+TEST_CASE("element_type: bits per element and lower-case names") {
+  using frugal::element_type;
+  CHECK(frugal::element_bits(element_type::i4) == 4);
+  CHECK(frugal::element_bits(element_type::boolean) == 8);
+  CHECK(frugal::element_bits(element_type::f8_e4m3) == 8);
+  CHECK(frugal::element_bits(element_type::bf16) == 16);
+  CHECK(frugal::element_bits(element_type::u32) == 32);
+  CHECK(frugal::element_bits(element_type::f64) == 64);
+  CHECK(frugal::element_bits(static_cast<element_type>(99)) == 0);
+  CHECK(std::string(frugal::to_string(element_type::f32)) == "f32");
+  CHECK(std::string(frugal::to_string(element_type::u8)) == "u8");
+  CHECK(std::string(frugal::to_string(element_type::i4)) == "i4");
+  CHECK(std::string(frugal::to_string(element_type::f8_e4m3)) == "f8_e4m3");
+  CHECK(std::string(frugal::to_string(static_cast<element_type>(99))) == "?");
+  static_assert(frugal::element_bits(element_type::f16) == 16, "usable in constant expressions");
+}
+
 TEST_CASE("quant: fp16 decodes all 65,536 bit patterns exactly, on every path") {
   std::vector<q::half> all(65536);
   for (std::uint32_t b = 0; b < 65536; ++b) all[b] = q::half::from_bits(static_cast<std::uint16_t>(b));

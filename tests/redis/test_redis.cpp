@@ -71,6 +71,15 @@ TEST_CASE("redis_tier: options that cannot work are refused, naming the field") 
                        std::invalid_argument);
 }
 
+TEST_CASE("redis errors: each redis_errc has a short name, none meaning no fault") {
+  CHECK(std::string(frugal::to_string(frugal::redis_errc::none)) == "none");
+  CHECK(std::string(frugal::to_string(frugal::redis_errc::skipped)) == "skipped");
+  CHECK(std::string(frugal::to_string(frugal::redis_errc::timeout)) == "timeout");
+  CHECK(std::string(frugal::to_string(frugal::redis_errc::connection)) == "connection");
+  CHECK(std::string(frugal::to_string(frugal::redis_errc::auth)) == "auth");
+  CHECK(std::string(frugal::to_string(static_cast<frugal::redis_errc>(99))) == "unknown");
+}
+
 TEST_CASE("redis codec: the header carries format, type and codec version, and any mismatch is refused") {
   struct pod {
     int a;

@@ -18,6 +18,25 @@ enum class job_errc {
   invalid_options,
 };
 
+/// @brief A short name for the code, e.g. "checkpoint_corrupt".
+inline constexpr const char* to_string(job_errc c) noexcept {
+  switch (c) {
+    case job_errc::io:
+      return "io";
+    case job_errc::checkpoint_corrupt:
+      return "checkpoint_corrupt";
+    case job_errc::checkpoint_mismatch:
+      return "checkpoint_mismatch";
+    case job_errc::bad_record:
+      return "bad_record";
+    case job_errc::batch_failed:
+      return "batch_failed";
+    case job_errc::invalid_options:
+      return "invalid_options";
+  }
+  return "unknown";
+}
+
 namespace job {
 
 /// @brief The one exception type of frugal::job; what() names the path and, for I/O, the errno text.
