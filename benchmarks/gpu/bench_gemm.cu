@@ -156,7 +156,7 @@ struct overrides {
   fc::gemm_tile tile = fc::gemm_tile::automatic;
   int split_k = 0, block_n = 0;
   bool baseline = true;
-  std::string tag;
+  std::string suffix;
 } ov;
 
 double floor_us(const row& r) { return 1e6 * std::max(r.bytes / hbm_bytes_per_s, r.ops / r.ops_per_s); }
@@ -238,7 +238,7 @@ void bench_w8a8(int m, int n, int k, cudaStream_t st, fc::cublaslt_context& lt, 
   if (lt_ok && ov.baseline)
     g.theirs = time_launches(
         [&](int s, cudaStream_t t) { return static_cast<bool>(base.run_gemm(args(s), t)); }, sets, st, quick);
-  g.note += ov.tag;
+  g.note += ov.suffix;
   add_row(g);
   if (!ov.baseline) return;
   row e{"w8a8 end2end",         m, n, k, {}, {}, double(x_b + b_b + c_b), 2.0 * m * n * k, int8_ops_per_s,
@@ -290,7 +290,7 @@ void bench_f16(int m, int n, int k, cudaStream_t st, fc::cublaslt_context& lt, b
         bf16 ? "LT bf16" : "LT f16"};
   r.ours = time_launches([&](int s, cudaStream_t t) { return static_cast<bool>(fc::run(args(s), t)); }, sets,
                          st, quick);
-  r.note += ov.tag;
+  r.note += ov.suffix;
   if (bs && ov.baseline)
     r.theirs = time_launches([&](int s, cudaStream_t t) { return static_cast<bool>(base.run(args(s), t)); },
                              sets, st, quick);
@@ -475,7 +475,7 @@ int main(int argc, char** argv) {
     for (int m : {16, 64, 128, 256, 1024})
       for (fc::gemm_tile t : {fc::gemm_tile::small, fc::gemm_tile::large}) {
         ov.tile = t;
-        ov.tag = t == fc::gemm_tile::small   ? " [tile 32x64]"
+        ov.suffix = t == fc::gemm_tile::small   ? " [tile 32x64]"
                  : t == fc::gemm_tile::large ? " [tile 128x128]"
                                              : " [wgmma sm_90a]";
         guarded([&] { bench_w8a8(m, 4096, 4096, stream, lt, true); });
@@ -489,13 +489,13 @@ int main(int argc, char** argv) {
             for (int sk : {1, 2, 4, 8, 0}) {
               ov.block_n = bn;
               ov.split_k = sk;
-              ov.tag = sk == 0 ? " [auto split]" : "";
+              ov.suffix = sk == 0 ? " [auto split]" : "";
               guarded([&] { bench_weight_only(int4, m, nk.first, nk.second, stream, lt, true); });
             }
     if (prop.major == 9 && prop.minor == 0) {  // last, as in the main run
       ov.tile = fc::gemm_tile::wgmma_sm90;
       ov.block_n = ov.split_k = 0;
-      ov.tag = " [wgmma sm_90a]";
+      ov.suffix = " [wgmma sm_90a]";
       for (int m : {16, 64, 128, 256, 1024}) {
         guarded([&] { bench_w8a8(m, 4096, 4096, stream, lt, true); });
         guarded([&] { bench_f16(m, 4096, 4096, stream, lt, true); });
@@ -527,7 +527,7 @@ int main(int argc, char** argv) {
   // Last: were the new kernel to fault, the sticky CUDA error would only lose these rows.
   if (prop.major == 9 && prop.minor == 0) {
     ov.tile = fc::gemm_tile::wgmma_sm90;
-    ov.tag = " [wgmma sm_90a]";
+    ov.suffix = " [wgmma sm_90a]";
     for (int sz : big) guarded([&] { bench_w8a8(sz, sz, sz, stream, lt, quick); });
     for (int sz : big) guarded([&] { bench_f16(sz, sz, sz, stream, lt, quick); });
     for (int sz : big) guarded([&] { bench_f16(sz, sz, sz, stream, lt, quick, true); });
