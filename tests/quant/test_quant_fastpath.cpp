@@ -267,7 +267,7 @@ TEST_CASE(
         for (auto policy : {q::nonfinite_policy::error, q::nonfinite_policy::saturate})
           for (auto rounding : {q::rounding_mode::half_to_even, q::rounding_mode::half_away_from_zero}) {
             CAPTURE(g);
-            CAPTURE(q::to_string(t));
+            CAPTURE(frugal::to_string(t));
             CAPTURE(narrow);
             CAPTURE(static_cast<int>(rounding));
             const std::size_t rows = 6, cols = static_cast<std::size_t>(g) * 4;
@@ -312,7 +312,7 @@ TEST_CASE("quant fast path: exact ties of x / scale in symmetric groups round by
       x[i] = i % g == 0 ? top : (static_cast<float>(k) + 0.5f) * 0.25f;
     }
     for (auto rounding : {q::rounding_mode::half_to_even, q::rounding_mode::half_away_from_zero}) {
-      CAPTURE(q::to_string(t));
+      CAPTURE(frugal::to_string(t));
       CAPTURE(static_cast<int>(rounding));
       const q::scheme s{.type = t,
                         .granularity = q::granularity::per_group,
@@ -376,7 +376,7 @@ TEST_CASE("quant fast path: per-group quantize beyond 4 MiB (non-temporal stores
   REQUIRE(rows * cols >= qd::stream_bytes);
   for (frugal::element_type t : {frugal::element_type::i8, frugal::element_type::u8})
     for (int g : {128, 64}) {
-      CAPTURE(q::to_string(t));
+      CAPTURE(frugal::to_string(t));
       CAPTURE(g);
       const q::scheme s{.type = t,
                         .granularity = q::granularity::per_group,
