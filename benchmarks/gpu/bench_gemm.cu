@@ -476,8 +476,8 @@ int main(int argc, char** argv) {
       for (fc::gemm_tile t : {fc::gemm_tile::small, fc::gemm_tile::large}) {
         ov.tile = t;
         ov.suffix = t == fc::gemm_tile::small   ? " [tile 32x64]"
-                 : t == fc::gemm_tile::large ? " [tile 128x128]"
-                                             : " [wgmma sm_90a]";
+                    : t == fc::gemm_tile::large ? " [tile 128x128]"
+                                                : " [wgmma sm_90a]";
         guarded([&] { bench_w8a8(m, 4096, 4096, stream, lt, true); });
         guarded([&] { bench_f16(m, 4096, 4096, stream, lt, true); });
       }
