@@ -22,8 +22,8 @@ fc::ledger_options options() {
 
 struct fixture {
   fc::ledger<> ledger{options()};
-  fc::tag_id chat = ledger.tag("chat");
-  fc::tag_id search = ledger.tag("search");
+  fc::feature_id chat = ledger.feature("chat");
+  fc::feature_id search = ledger.feature("search");
 };
 fixture& shared() {
   static fixture f;
@@ -32,12 +32,12 @@ fixture& shared() {
 
 // The counters a first version would keep: one set of shared atomics, every thread adding into them.
 struct atomic_ledger {
-  struct alignas(64) tag_counters {
+  struct alignas(64) feature_counters {
     std::array<std::atomic<std::uint64_t>, 9> c{};
   };
-  std::array<tag_counters, 2> tags;
-  void record_batch(std::size_t tag, std::size_t device, std::chrono::nanoseconds busy, std::uint64_t n) {
-    auto& c = tags[tag].c;
+  std::array<feature_counters, 2> features;
+  void record_batch(std::size_t feature, std::size_t device, std::chrono::nanoseconds busy, std::uint64_t n) {
+    auto& c = features[feature].c;
     const auto t = static_cast<std::uint64_t>(busy.count());
     c[0].fetch_add(1, std::memory_order_relaxed);
     c[1].fetch_add(n, std::memory_order_relaxed);
@@ -54,10 +54,10 @@ atomic_ledger& shared_atomic() {
 
 struct mutex_ledger {
   std::mutex m;
-  std::array<std::array<std::uint64_t, 9>, 2> tags{};
-  void record_batch(std::size_t tag, std::size_t device, std::chrono::nanoseconds busy, std::uint64_t n) {
+  std::array<std::array<std::uint64_t, 9>, 2> features{};
+  void record_batch(std::size_t feature, std::size_t device, std::chrono::nanoseconds busy, std::uint64_t n) {
     std::lock_guard lock(m);
-    auto& c = tags[tag];
+    auto& c = features[feature];
     const auto t = static_cast<std::uint64_t>(busy.count());
     c[0] += 1, c[1] += n, c[2] += n * n, c[3] += n * t, c[4] += t, c[5 + device] += t;
   }
@@ -71,7 +71,7 @@ void BM_record_batch_frugal(benchmark::State& state) {
   fixture& f = shared();
   std::uint32_t i = 0;
   for (auto _ : state) {
-    f.ledger.record_batch({.tag = f.chat, .device = i & 1, .busy = 3ms, .batch_size = 1 + (i & 15)});
+    f.ledger.record_batch({.feature = f.chat, .device = i & 1, .busy = 3ms, .batch_size = 1 + (i & 15)});
     ++i;
   }
   state.SetItemsProcessed(state.iterations());
@@ -115,11 +115,11 @@ BENCHMARK(BM_record_batch_mutex)->Threads(1)->Threads(2)->UseRealTime();
 BENCHMARK(BM_record_request_frugal)->Threads(1)->Threads(2)->UseRealTime();
 BENCHMARK(BM_record_cache_hit_frugal)->Threads(1)->Threads(2)->UseRealTime();
 
-// 10k events: 2,500 batches, 6,000 requests, 1,500 cache hits over two tags and two devices.
+// 10k events: 2,500 batches, 6,000 requests, 1,500 cache hits over two features and two devices.
 void fill_10k(fc::ledger<>& l) {
-  const fc::tag_id t[] = {l.tag("chat"), l.tag("search")};
+  const fc::feature_id t[] = {l.feature("chat"), l.feature("search")};
   for (std::uint32_t i = 0; i < 2500; ++i)
-    l.record_batch({.tag = t[i & 1],
+    l.record_batch({.feature = t[i & 1],
                     .device = i & 1,
                     .busy = std::chrono::microseconds(500 + i % 3000),
                     .batch_size = 1 + i % 32});

@@ -108,9 +108,10 @@ q::scheme scheme_arg(std::int64_t i) {
     case 2:
       return {.granularity = q::granularity::per_group, .group_size = 128};
     case 3:
-      return {.type = q::element_type::u8, .granularity = q::granularity::per_channel, .symmetric = false};
+      return {
+          .type = frugal::element_type::u8, .granularity = q::granularity::per_channel, .symmetric = false};
     default:
-      return {.type = q::element_type::i4, .granularity = q::granularity::per_group, .group_size = 128};
+      return {.type = frugal::element_type::i4, .granularity = q::granularity::per_group, .group_size = 128};
   }
 }
 const char* scheme_name(std::int64_t i) {

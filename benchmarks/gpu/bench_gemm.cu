@@ -156,7 +156,7 @@ struct overrides {
   fc::gemm_tile tile = fc::gemm_tile::automatic;
   int split_k = 0, block_n = 0;
   bool baseline = true;
-  std::string tag;
+  std::string suffix;
 } ov;
 
 double floor_us(const row& r) { return 1e6 * std::max(r.bytes / hbm_bytes_per_s, r.ops / r.ops_per_s); }
@@ -214,7 +214,7 @@ void bench_w8a8(int m, int n, int k, cudaStream_t st, fc::cublaslt_context& lt, 
                                    .scale_b = sc.f.data(),
                                    .c = c[s].data(),
                                    .ldc = n,
-                                   .c_type = fc::dtype::f16,
+                                   .c_type = frugal::element_type::f16,
                                    .tile = ov.tile};
   };
   auto quant = [&](int s) {
@@ -238,7 +238,7 @@ void bench_w8a8(int m, int n, int k, cudaStream_t st, fc::cublaslt_context& lt, 
   if (lt_ok && ov.baseline)
     g.theirs = time_launches(
         [&](int s, cudaStream_t t) { return static_cast<bool>(base.run_gemm(args(s), t)); }, sets, st, quick);
-  g.note += ov.tag;
+  g.note += ov.suffix;
   add_row(g);
   if (!ov.baseline) return;
   row e{"w8a8 end2end",         m, n, k, {}, {}, double(x_b + b_b + c_b), 2.0 * m * n * k, int8_ops_per_s,
@@ -253,7 +253,7 @@ void bench_w8a8(int m, int n, int k, cudaStream_t st, fc::cublaslt_context& lt, 
 
 void bench_f16(int m, int n, int k, cudaStream_t st, fc::cublaslt_context& lt, bool quick,
                bool bf16 = false) {
-  const fc::dtype t = bf16 ? fc::dtype::bf16 : fc::dtype::f16;
+  const frugal::element_type t = bf16 ? frugal::element_type::bf16 : frugal::element_type::f16;
   const std::size_t a_e = std::size_t(m) * k, b_e = std::size_t(n) * k, c_e = std::size_t(m) * n;
   const int sets = sets_for(2 * (a_e + b_e + c_e));
   std::vector<blob> a, b, c;
@@ -290,7 +290,7 @@ void bench_f16(int m, int n, int k, cudaStream_t st, fc::cublaslt_context& lt, b
         bf16 ? "LT bf16" : "LT f16"};
   r.ours = time_launches([&](int s, cudaStream_t t) { return static_cast<bool>(fc::run(args(s), t)); }, sets,
                          st, quick);
-  r.note += ov.tag;
+  r.note += ov.suffix;
   if (bs && ov.baseline)
     r.theirs = time_launches([&](int s, cudaStream_t t) { return static_cast<bool>(base.run(args(s), t)); },
                              sets, st, quick);
@@ -381,7 +381,7 @@ void bench_weight_only(bool int4, int m, int n, int k, cudaStream_t st, fc::cubl
                                   .ldb = k,
                                   .c = c[s % sets].data(),
                                   .ldc = n,
-                                  .c_type = fc::dtype::f16};
+                                  .c_type = frugal::element_type::f16};
   };
   const fc::status bs = ov.baseline ? base.initialize(lt, largs(0)) : fc::status::ok();
   row r{int4 ? "w4a16 g128" : "w8a16",
@@ -475,9 +475,9 @@ int main(int argc, char** argv) {
     for (int m : {16, 64, 128, 256, 1024})
       for (fc::gemm_tile t : {fc::gemm_tile::small, fc::gemm_tile::large}) {
         ov.tile = t;
-        ov.tag = t == fc::gemm_tile::small   ? " [tile 32x64]"
-                 : t == fc::gemm_tile::large ? " [tile 128x128]"
-                                             : " [wgmma sm_90a]";
+        ov.suffix = t == fc::gemm_tile::small   ? " [tile 32x64]"
+                    : t == fc::gemm_tile::large ? " [tile 128x128]"
+                                                : " [wgmma sm_90a]";
         guarded([&] { bench_w8a8(m, 4096, 4096, stream, lt, true); });
         guarded([&] { bench_f16(m, 4096, 4096, stream, lt, true); });
       }
@@ -489,13 +489,13 @@ int main(int argc, char** argv) {
             for (int sk : {1, 2, 4, 8, 0}) {
               ov.block_n = bn;
               ov.split_k = sk;
-              ov.tag = sk == 0 ? " [auto split]" : "";
+              ov.suffix = sk == 0 ? " [auto split]" : "";
               guarded([&] { bench_weight_only(int4, m, nk.first, nk.second, stream, lt, true); });
             }
     if (prop.major == 9 && prop.minor == 0) {  // last, as in the main run
       ov.tile = fc::gemm_tile::wgmma_sm90;
       ov.block_n = ov.split_k = 0;
-      ov.tag = " [wgmma sm_90a]";
+      ov.suffix = " [wgmma sm_90a]";
       for (int m : {16, 64, 128, 256, 1024}) {
         guarded([&] { bench_w8a8(m, 4096, 4096, stream, lt, true); });
         guarded([&] { bench_f16(m, 4096, 4096, stream, lt, true); });
@@ -527,7 +527,7 @@ int main(int argc, char** argv) {
   // Last: were the new kernel to fault, the sticky CUDA error would only lose these rows.
   if (prop.major == 9 && prop.minor == 0) {
     ov.tile = fc::gemm_tile::wgmma_sm90;
-    ov.tag = " [wgmma sm_90a]";
+    ov.suffix = " [wgmma sm_90a]";
     for (int sz : big) guarded([&] { bench_w8a8(sz, sz, sz, stream, lt, quick); });
     for (int sz : big) guarded([&] { bench_f16(sz, sz, sz, stream, lt, quick); });
     for (int sz : big) guarded([&] { bench_f16(sz, sz, sz, stream, lt, quick, true); });

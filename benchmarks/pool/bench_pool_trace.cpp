@@ -196,10 +196,10 @@ result simulate(scenario sc, const params& p, const std::vector<request>& trace)
        .devices = std::vector<fc::device_spec>(ndev, fc::device_spec{.gpu_class = "gpu"}),
        .alerts = {.enabled = false}},
       clock);
-  std::vector<fc::tag_id> tags;
+  std::vector<fc::feature_id> features;
   std::vector<spec_t> specs;
   for (const auto& m : models) {
-    tags.push_back(ledger.tag(m.name));
+    features.push_back(ledger.feature(m.name));
     specs.push_back(
         {.name = m.name,
          .estimated_bytes = model_bytes,
@@ -285,8 +285,8 @@ result simulate(scenario sc, const params& p, const std::vector<request>& trace)
     lat_all.push_back(latency);
     if (d.current_cold) lat_cold.push_back(latency);
     ledger.record_batch(
-        {.tag = tags[q.model], .device = device_of(q.model), .busy = service, .batch_size = 1});
-    ledger.record_request(tags[q.model], std::min(ns(latency), fc::max_record_duration));
+        {.feature = features[q.model], .device = device_of(q.model), .busy = service, .batch_size = 1});
+    ledger.record_request(features[q.model], std::min(ns(latency), fc::max_record_duration));
     d.lease.reset();
     d.busy = false;
     if (!d.queue.empty()) {

@@ -167,9 +167,9 @@ run_result replay(const std::vector<request>& reqs, const std::map<std::string, 
   r.n = reqs.size();
   frugal::manual_clock clock;
   fc::ledger<frugal::manual_clock> base_ledger(lo, clock), sem_ledger(lo, clock);
-  const auto base_tag = base_ledger.tag("answer");
-  const auto sem_tag = sem_ledger.tag("answer");
-  const auto embed_tag = sem_ledger.tag("embed");
+  const auto base_feature = base_ledger.feature("answer");
+  const auto sem_feature = sem_ledger.feature("answer");
+  const auto embed_feature = sem_ledger.feature("embed");
   frugal::lru_cache<answer> exact({.max_entries = reqs.size()});
   frugal::semantic_cache<answer> sem({.dimension = 384, .threshold = threshold, .max_entries = reqs.size()});
   for (const auto& q : reqs) {
@@ -179,28 +179,28 @@ run_result replay(const std::vector<request>& reqs, const std::map<std::string, 
     if (exact.get(key)) {
       ++r.baseline_hits;
       ++k.baseline_hits;
-      base_ledger.record_cache_hit(base_tag);
+      base_ledger.record_cache_hit(base_feature);
     } else {
-      base_ledger.record_batch({.tag = base_tag, .device = 0, .busy = model});
+      base_ledger.record_batch({.feature = base_feature, .device = 0, .busy = model});
       exact.put(key, answer{q.intent});
     }
     const auto& e = vec.at(q.text);
-    sem_ledger.record_batch({.tag = embed_tag, .device = 1, .busy = embed});
+    sem_ledger.record_batch({.feature = embed_feature, .device = 1, .busy = embed});
     if (const auto hit = sem.get(e, key)) {
       if (hit->match == frugal::semantic_match::exact) {
         ++r.exact_hits;
         ++k.exact_hits;
-        sem_ledger.record_cache_hit(sem_tag);
+        sem_ledger.record_cache_hit(sem_feature);
       } else {
         ++r.semantic_hits;
         ++k.semantic_hits;
         const bool wrong = hit->value->intent != q.intent;
         r.wrong += wrong;
         k.wrong += wrong;
-        sem_ledger.record_semantic_hit(sem_tag);
+        sem_ledger.record_semantic_hit(sem_feature);
       }
     } else {
-      sem_ledger.record_batch({.tag = sem_tag, .device = 0, .busy = model});
+      sem_ledger.record_batch({.feature = sem_feature, .device = 0, .busy = model});
       sem.put(e, key, answer{q.intent});
     }
   }

@@ -248,7 +248,8 @@ struct ledger_flags {
 // their time at this run's mean time per record.
 class job_ledger {
  public:
-  explicit job_ledger(const ledger_flags& lf) : ledger_(options(lf)), tag_(ledger_.tag("batch_job")) {}
+  explicit job_ledger(const ledger_flags& lf)
+      : ledger_(options(lf)), feature_(ledger_.feature("batch_job")) {}
   // Called on the runner's batch thread, a new one per batch: kept here and recorded from write()'s thread,
   // so that the ledger does not grow a stripe per batch thread.
   void batch(std::size_t n, std::chrono::nanoseconds busy) {
@@ -258,7 +259,7 @@ class job_ledger {
   void write(const std::string& path, const frugal::job::stats& s) {
     std::lock_guard lk(mu_);
     for (const auto& [n, busy] : batches_) {
-      ledger_.record_batch({.tag = tag_,
+      ledger_.record_batch({.feature = feature_,
                             .device = 0,
                             .busy = std::min(busy, frugal::cost::max_record_duration),
                             .batch_size = std::uint32_t(n)});
@@ -272,7 +273,7 @@ class job_ledger {
     try {
       examples::write_file(path, frugal::cost::to_json(ledger_.snapshot()) + "\n");
     } catch (const examples::write_error& e) {
-      throw frugal::job::error(frugal::job::errc::io, std::string("--ledger ") + e.what());
+      throw frugal::job::error(frugal::job_errc::io, std::string("--ledger ") + e.what());
     }
   }
 
@@ -284,7 +285,7 @@ class job_ledger {
             .devices = {{.gpu_class = "job", .pricing = lf.pricing}}};
   }
   frugal::cost::ledger<> ledger_;
-  frugal::cost::tag_id tag_;
+  frugal::cost::feature_id feature_;
   std::mutex mu_;
   std::vector<std::pair<std::size_t, std::chrono::nanoseconds>> batches_;
   std::chrono::nanoseconds busy_{0};
@@ -398,13 +399,13 @@ int main(int argc, char** argv) try {
       if (ledger) ledger->batch(batch.size(), busy);
       return r;
     });
-    const frugal::job::outcome result = job.run();
+    const frugal::job::run_result result = job.run();
     const frugal::job::stats s = job.stats();
     std::fprintf(
         stderr,
         "%s: %s; %s; %llu records (%llu this run, %.3f s in the model), %llu bad, %llu checkpoints%s, "
         "%llu redone after resume\n",
-        o.name.c_str(), result == frugal::job::outcome::completed ? "completed" : "preempted, resumable",
+        o.name.c_str(), result == frugal::job::run_result::completed ? "completed" : "preempted, resumable",
         m->describe().c_str(), (unsigned long long)s.records_done, (unsigned long long)s.records_this_run,
         double(busy_ns) / 1e9, (unsigned long long)s.bad_records, (unsigned long long)s.checkpoints,
         s.resumed ? ", resumed" : "", (unsigned long long)s.redone_records);

@@ -47,7 +47,7 @@ step_result run_step(const step_config& st, const shared_inputs& in, Policy poli
                         : std::nullopt,
       .gpu_class = cfg.gpu_name,
       .price = frugal::cost::rate::per_hour(frugal::cost::money::parse(cfg.gpu_hourly_usd)),
-      .tag = cfg.model_name,
+      .feature = cfg.model_name,
       .on_batch =
           [&](std::size_t n, clock::duration busy, double cpu) {
             if (!saturated.load(std::memory_order_relaxed)) return;

@@ -31,7 +31,7 @@ struct loop_options {
       cache;  // none: every request reaches the model
   std::string gpu_class = "A10G";
   frugal::cost::rate price{};
-  std::string tag = "embed";
+  std::string feature = "embed";
   /// Called by the worker after each model call (the load generator tallies saturated batches with it).
   std::function<void(std::size_t batch, clock::duration busy, double cpu_seconds)> on_batch{};
 };
@@ -57,7 +57,7 @@ class serving_loop {
         batcher_(opts_.batcher, {}, std::move(policy)),
         ledger_({.prices = {{.gpu_class = opts_.gpu_class, .on_demand = opts_.price}},
                  .devices = {{.gpu_class = opts_.gpu_class, .name = "cpu0"}}}),
-        tag_(ledger_.tag(opts_.tag)) {
+        feature_(ledger_.feature(opts_.feature)) {
     if (opts_.cache) cache_.emplace(*opts_.cache);
     worker_ = std::jthread([this](std::stop_token stop) { work(stop); });
   }
@@ -70,7 +70,7 @@ class serving_loop {
     answer_type a;
     try {
       if (cache_) {
-        const frugal::key128 key = model_.key(opts_.tag, input);
+        const frugal::key128 key = model_.key(opts_.feature, input);
         bool computed = false;
         a.value = cache_->get_or_compute(key, [&] {
           computed = true;
@@ -83,8 +83,9 @@ class serving_loop {
     } catch (const std::exception&) {
       a.value = nullptr;
     }
-    if (a.hit) ledger_.record_cache_hit(tag_);
-    ledger_.record_request(tag_, std::chrono::duration_cast<std::chrono::nanoseconds>(clock::now() - start),
+    if (a.hit) ledger_.record_cache_hit(feature_);
+    ledger_.record_request(feature_,
+                           std::chrono::duration_cast<std::chrono::nanoseconds>(clock::now() - start),
                            a.value ? frugal::cost::outcome::ok : frugal::cost::outcome::error);
     return a;
   }
@@ -124,7 +125,7 @@ class serving_loop {
           const float* r = y.row(static_cast<Eigen::Index>(i)).data();
           rows.push_back(std::make_shared<const std::vector<float>>(r, r + dim));
         }
-        ledger_.record_batch({.tag = tag_,
+        ledger_.record_batch({.feature = feature_,
                               .busy = std::chrono::duration_cast<std::chrono::nanoseconds>(busy),
                               .batch_size = static_cast<std::uint32_t>(inputs.size()),
                               .capacity = static_cast<std::uint32_t>(b->max_batch())});
@@ -141,7 +142,7 @@ class serving_loop {
   loop_options opts_;
   frugal::batcher<int, output, Policy> batcher_;
   frugal::cost::ledger<> ledger_;
-  frugal::cost::tag_id tag_;
+  frugal::cost::feature_id feature_;
   std::optional<frugal::lru_cache<std::vector<float>>> cache_;
   std::jthread worker_;
 };

@@ -28,7 +28,7 @@ int main() {
       {.prices = {{.gpu_class = "L4",
                    .on_demand = frugal::cost::rate::per_hour(frugal::cost::money::parse("$0.80"))}},
        .devices = {{.gpu_class = "L4"}}}};
-  const auto tag = ledger.tag("embed");
+  const auto feature = ledger.feature("embed");
 
   // The user's worker loop: one model call per batch, every caller gets its own row back.
   std::jthread worker([&](std::stop_token stop) {
@@ -44,7 +44,7 @@ int main() {
       for (Eigen::Index i = 0; i < y.rows(); ++i)
         out.emplace_back(y.row(i).data(), y.row(i).data() + y.cols());
       ledger.record_batch(
-          {.tag = tag, .busy = busy, .batch_size = static_cast<std::uint32_t>(batch->size())});
+          {.feature = feature, .busy = busy, .batch_size = static_cast<std::uint32_t>(batch->size())});
       batch->fulfill(std::move(out));
     }
   });
@@ -71,8 +71,8 @@ int main() {
     for (std::size_t i = 16 * round; i < 16 * round + 64; ++i) {
       const frugal::key128 key = key_of(pool[i]);
       if (auto hit = cache.get(key)) {
-        ledger.record_cache_hit(tag);
-        ledger.record_request(tag, 0ns);
+        ledger.record_cache_hit(feature);
+        ledger.record_request(feature, 0ns);
         ++hits;
         continue;
       }
@@ -82,7 +82,7 @@ int main() {
     for (miss& m : pending) {
       const auto t0 = std::chrono::steady_clock::now();
       embedding e = m.result.get();
-      ledger.record_request(tag, std::chrono::steady_clock::now() - t0);
+      ledger.record_request(feature, std::chrono::steady_clock::now() - t0);
       cache.put(m.key, std::move(e));
     }
   }

@@ -97,7 +97,7 @@ class cuda_linear_device final : public linear_device {
     g.scale_a = sa_.data();
     g.c = y_.data();
     g.ldc = g.n;
-    g.c_type = fc::dtype::f32;
+    g.c_type = frugal::element_type::f32;
     check(dispatcher_.run(g, *stream_), "W8A8 GEMM " + shape(t, l));
     download(y, t * l.n);
   }
@@ -116,7 +116,7 @@ class cuda_linear_device final : public linear_device {
     g.m = checked_int(t, "tokens");
     g.n = static_cast<int>(l.n);
     g.k = static_cast<int>(l.k);
-    g.ab_type = l.bf16 ? fc::dtype::bf16 : fc::dtype::f16;
+    g.ab_type = l.bf16 ? frugal::element_type::bf16 : frugal::element_type::f16;
     g.a = x16_.data();
     g.lda = g.k;
     g.b = l.w16.data();
@@ -124,7 +124,7 @@ class cuda_linear_device final : public linear_device {
     g.bias = l.bias.size() ? l.bias.data() : nullptr;
     g.c = y_.data();
     g.ldc = g.n;
-    g.c_type = fc::dtype::f32;
+    g.c_type = frugal::element_type::f32;
     check(dispatcher_.run(g, *stream_), std::string(l.bf16 ? "bf16" : "fp16") + " GEMM " + shape(t, l));
     download(y, t * l.n);
   }

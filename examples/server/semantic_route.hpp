@@ -88,8 +88,8 @@ class semantic_route {
                 .threshold = o.threshold > 0 ? o.threshold : frugal::semantic_default_threshold,
                 .max_entries = o.entries,
                 .weigher = [](const cached& c) { return sizeof(c) + c.answer.size() + c.question.size(); }}) {
-    answer_tag_ = ledger_.tag("answer");
-    embed_tag_ = ledger_.tag("embed");
+    answer_feature_ = ledger_.feature("answer");
+    embed_feature_ = ledger_.feature("embed");
   }
 
   void routes(httplib::Server& http) {
@@ -129,7 +129,7 @@ class semantic_route {
     const auto busy = std::chrono::duration_cast<std::chrono::nanoseconds>(
         std::chrono::duration<double, std::milli>(opt_.model_ms));
     std::this_thread::sleep_for(busy);
-    ledger_.record_batch({.tag = answer_tag_, .device = 0, .busy = busy});
+    ledger_.record_batch({.feature = answer_feature_, .device = 0, .busy = busy});
     return "stand-in answer to: " + question;
   }
 
@@ -164,7 +164,7 @@ class semantic_route {
         return reply_error(res, 503, "the model is loading or the server is shutting down", nullptr,
                            "server_error");
       }
-      ledger_.record_batch({.tag = embed_tag_,
+      ledger_.record_batch({.feature = embed_feature_,
                             .device = 1,
                             .busy = std::chrono::duration_cast<std::chrono::nanoseconds>(clock::now() - t0)});
       const frugal::key128 key = frugal::hash_key(std::string_view(ns), std::string_view(text));
@@ -172,9 +172,9 @@ class semantic_route {
       if (const auto hit = cache_.get(*e, key, ns)) {
         const bool exact = hit->match == frugal::semantic_match::exact;
         if (exact)
-          ledger_.record_cache_hit(answer_tag_);
+          ledger_.record_cache_hit(answer_feature_);
         else
-          ledger_.record_semantic_hit(answer_tag_);
+          ledger_.record_semantic_hit(answer_feature_);
         out = {{"answer", hit->value->answer},
                {"cache", exact ? "exact" : "semantic"},
                {"similarity", hit->similarity},
@@ -184,11 +184,11 @@ class semantic_route {
         out = {{"answer", a}, {"cache", "miss"}, {"similarity", nullptr}, {"answered_for", text}};
         cache_.put(*e, key, cached{std::move(a), text}, ns);
       }
-      ledger_.record_request(answer_tag_,
+      ledger_.record_request(answer_feature_,
                              std::chrono::duration_cast<std::chrono::nanoseconds>(clock::now() - start));
       res.set_content(out.dump(), "application/json");
     } catch (const std::exception& ex) {
-      ledger_.record_request(answer_tag_,
+      ledger_.record_request(answer_feature_,
                              std::chrono::duration_cast<std::chrono::nanoseconds>(clock::now() - start),
                              frugal::cost::outcome::error);
       reply_error(res, 500, std::string("the semantic route failed: ") + ex.what(), nullptr, "server_error");
@@ -207,7 +207,7 @@ class semantic_route {
   auth_fn authorized_;
   frugal::cost::ledger<> ledger_;
   frugal::semantic_cache<cached> cache_;
-  frugal::cost::tag_id answer_tag_{}, embed_tag_{};
+  frugal::cost::feature_id answer_feature_{}, embed_feature_{};
   std::mutex model_mutex_;
 };
 #else

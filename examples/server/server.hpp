@@ -159,7 +159,7 @@ class app {
   struct request {
     std::int32_t index = 0;
     const std::vector<std::int32_t>* ids = nullptr;  // owned by the HTTP handler, alive until it resolves
-    frugal::cost::tag_id tag{};
+    frugal::cost::feature_id feature{};
     frugal::key128 key{};
   };
 
@@ -181,11 +181,11 @@ class app {
                              .on_demand =
                                  frugal::cost::rate::per_hour(frugal::cost::money::parse(o.hourly_usd))}},
                  .devices = {{.gpu_class = o.gpu_name, .name = "cpu0"}}}) {
-    default_tag_ = ledger_.tag("default");
+    default_feature_ = ledger_.feature("default");
     if (!o.redis.empty()) {
 #if FRUGAL_SERVER_WITH_REDIS
       // The shared tier: its own LRU in front, then Redis; its hits are recorded in the ledger under
-      // "default" (the tier has one tag), as remote hits with their latency.
+      // "default" (the tier has one feature), as remote hits with their latency.
       const auto colon = o.redis.rfind(':');
       frugal::redis_options ro{
           .host = o.redis.substr(0, colon), .model = o.model_name, .version = o.precision};
@@ -195,7 +195,7 @@ class app {
           tier_type::options_type{.redis = ro,
                                   .local = {.max_entries = std::max<std::size_t>(o.cache_entries, 1)},
                                   .ledger = &ledger_,
-                                  .tag = default_tag_});
+                                  .feature = default_feature_});
 #else
       throw std::invalid_argument("--redis: this build has no Redis tier (libhiredis-dev was not found)");
 #endif
@@ -367,13 +367,13 @@ class app {
     res.set_content(error_body(message, type, param), "application/json");
   }
 
-  embedding lookup(const frugal::key128& key, frugal::cost::tag_id tag) {
+  embedding lookup(const frugal::key128& key, frugal::cost::feature_id feature) {
 #if FRUGAL_SERVER_WITH_REDIS
     if (tier_) return tier_->get(key);  // records its own hits
 #endif
     if (!cache_) return nullptr;
     auto hit = cache_->get(key);
-    if (hit) ledger_.record_cache_hit(tag);
+    if (hit) ledger_.record_cache_hit(feature);
     return hit;
   }
   void store(const frugal::key128& key, const embedding& e) {
@@ -447,15 +447,15 @@ class app {
         return fail(res, 400, "'input[" + std::to_string(i) + "]' is an empty string", "input");
     if (const auto f = body.find("encoding_format"); f != body.end() && *f != "float")
       return fail(res, 400, "'encoding_format' must be \"float\"", "encoding_format");
-    std::string feature = req.get_header_value("X-Frugal-Feature");
-    if (const auto u = body.find("user"); feature.empty() && u != body.end()) {
+    std::string feature_name = req.get_header_value("X-Frugal-Feature");
+    if (const auto u = body.find("user"); feature_name.empty() && u != body.end()) {
       if (!u->is_string()) return fail(res, 400, "'user' must be a string", "user");
-      feature = u->get<std::string>();
+      feature_name = u->get<std::string>();
     }
-    frugal::cost::tag_id tag = default_tag_;
-    if (!feature.empty()) {
+    frugal::cost::feature_id feature = default_feature_;
+    if (!feature_name.empty()) {
       try {
-        tag = ledger_.tag(feature);
+        feature = ledger_.feature(feature_name);
       } catch (const std::invalid_argument& e) {
         return fail(res, 400, std::string("'user' / X-Frugal-Feature: ") + e.what(), "user");
       }
@@ -481,7 +481,7 @@ class app {
       p->ids[i] = rt.tokenizer->encode(texts[i]);
       tokens += p->ids[i].size();
       keys[i] = frugal::hash_key(rt.name, std::string_view(texts[i]));
-      if (auto hit = lookup(keys[i], tag)) {
+      if (auto hit = lookup(keys[i], feature)) {
         p->out[i] = std::move(hit);
         continue;
       }
@@ -490,7 +490,7 @@ class app {
     p->left = misses.size();
     accepted_.fetch_add(1);
     for (const std::size_t i : misses) {
-      rt.batcher->submit(request{static_cast<std::int32_t>(i), &p->ids[i], tag, keys[i]},
+      rt.batcher->submit(request{static_cast<std::int32_t>(i), &p->ids[i], feature, keys[i]},
                          [p, i](frugal::result<embedding> o) noexcept {
                            std::lock_guard g(p->m);
                            if (o.has_value()) {
@@ -512,16 +512,16 @@ class app {
     const auto latency = std::chrono::duration_cast<std::chrono::nanoseconds>(clock::now() - start);
     answered_.fetch_add(1);
     if (!done) {
-      ledger_.record_request(tag, latency, frugal::cost::outcome::deadline);
+      ledger_.record_request(feature, latency, frugal::cost::outcome::deadline_exceeded);
       return fail(res, 504, "the model did not answer within the request timeout", nullptr, "server_error");
     }
     if (p->full) {  // refused, not failed: overload handled as designed must not read as an error rate
-      ledger_.record_request(tag, latency, frugal::cost::outcome::rejected);
+      ledger_.record_request(feature, latency, frugal::cost::outcome::rejected);
       res.set_header("Retry-After", "1");
       return fail(res, 429, "the server is at capacity: retry later", nullptr, "rate_limit_error");
     }
     if (p->error) {
-      ledger_.record_request(tag, latency, frugal::cost::outcome::error);
+      ledger_.record_request(feature, latency, frugal::cost::outcome::error);
       std::string what = "the model failed";
       try {
         std::rethrow_exception(p->error);
@@ -534,7 +534,7 @@ class app {
     json data = json::array();
     for (std::size_t i = 0; i < texts.size(); ++i)
       data.push_back({{"object", "embedding"}, {"index", i}, {"embedding", *p->out[i]}});
-    for (std::size_t i = 0; i < texts.size(); ++i) ledger_.record_request(tag, latency);
+    for (std::size_t i = 0; i < texts.size(); ++i) ledger_.record_request(feature, latency);
     res.set_content(json{{"object", "list"},
                          {"data", std::move(data)},
                          {"model", rt.name},
@@ -560,18 +560,18 @@ class app {
         const auto busy = clock::now() - t0;
         std::vector<embedding> results;
         results.reserve(out.size());
-        std::map<std::uint32_t, std::pair<std::uint64_t, std::uint32_t>> per_tag;  // tokens, count
+        std::map<std::uint32_t, std::pair<std::uint64_t, std::uint32_t>> per_feature;  // tokens, count
         std::uint64_t total = 0;
         for (std::size_t i = 0; i < out.size(); ++i) {
           results.push_back(std::make_shared<const std::vector<float>>(std::move(out[i])));
           store(reqs[i].key, results.back());
-          auto& t = per_tag[reqs[i].tag.value];
+          auto& t = per_feature[reqs[i].feature.value];
           t.first += ids[i].size();
           ++t.second;
           total += ids[i].size();
         }
-        for (const auto& [tag, t] : per_tag)
-          ledger_.record_batch({.tag = frugal::cost::tag_id{tag},
+        for (const auto& [feature, t] : per_feature)
+          ledger_.record_batch({.feature = frugal::cost::feature_id{feature},
                                 .busy = std::chrono::duration_cast<std::chrono::nanoseconds>(
                                     busy * static_cast<double>(t.first) / static_cast<double>(total)),
                                 .batch_size = t.second,
@@ -728,7 +728,7 @@ class app {
   std::unique_ptr<pool_type> pool_;             // after the ledger it records in: destroyed before it
   std::vector<std::unique_ptr<route>> routes_;  // after the pool: workers stop before it goes
   std::map<std::string, route*, std::less<>> by_name_;
-  frugal::cost::tag_id default_tag_{};
+  frugal::cost::feature_id default_feature_{};
   std::atomic<bool> ready_{false}, draining_{false};
   std::atomic<double> cpu_utilization_{0};
   std::atomic<double> gpu_utilization_{0};

@@ -6,6 +6,7 @@
 #include "frugal/cache.hpp"
 #include "frugal/clock.hpp"
 #include "frugal/cost.hpp"
+#include "frugal/element_type.hpp"
 #include "frugal/namespace.hpp"
 #include "frugal/pool.hpp"
 #include "frugal/prometheus.hpp"

@@ -5,6 +5,6 @@
 // (needs nlohmann-json).
 
 #include "frugal/job/checkpoint.hpp"
-#include "frugal/job/error.hpp"
+#include "frugal/job/errors.hpp"
 #include "frugal/job/failover.hpp"
 #include "frugal/job/runner.hpp"

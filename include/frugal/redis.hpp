@@ -8,6 +8,7 @@
 
 #include "frugal/redis/client.hpp"
 #include "frugal/redis/codec.hpp"
+#include "frugal/redis/errors.hpp"
 #include "frugal/redis/export.hpp"
 #include "frugal/redis/options.hpp"
 #include "frugal/redis/tier.hpp"

@@ -630,11 +630,11 @@ TEST_CASE("batcher: latency percentiles equal the cost ledger's for the same lat
       {.prices = {{.gpu_class = "L4", .on_demand = fc::rate::per_hour(fc::money::parse("$0.80"))}},
        .devices = {{.gpu_class = "L4"}}},
       ledger_clock);
-  const fc::tag_id tag = ledger.tag("batched");
-  for (const auto latency : latencies) ledger.record_request(tag, latency);
+  const fc::feature_id feature = ledger.feature("batched");
+  for (const auto latency : latencies) ledger.record_request(feature, latency);
 
   const frugal::latency_summary mine = b.stats().end_to_end;
-  const fc::latency_percentiles theirs = ledger.snapshot().tags.at(0).latency;
+  const fc::latency_percentiles theirs = ledger.snapshot().features.at(0).latency;
   CHECK(mine.count == n);
   CHECK(mine.p50 == theirs.p50);
   CHECK(mine.p90 == theirs.p90);

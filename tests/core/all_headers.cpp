@@ -43,9 +43,9 @@ int main() {
       {.prices = {{.gpu_class = "L4", .on_demand = fc::rate::per_hour(fc::money::parse("$0.80"))}},
        .devices = {{.gpu_class = "L4"}}},
       clock);
-  const fc::tag_id tag = ledger.tag("chat");
-  ledger.record_batch({.tag = tag, .busy = 5ms, .batch_size = 4, .capacity = 8});
-  ledger.record_request(tag, 7ms);
+  const fc::feature_id feature = ledger.feature("chat");
+  ledger.record_batch({.feature = feature, .busy = 5ms, .batch_size = 4, .capacity = 8});
+  ledger.record_request(feature, 7ms);
   clock.advance(1s);
   const fc::ledger_snapshot s = ledger.snapshot();
   const std::string out = fc::to_json(s) + fc::to_prometheus(s) + fc::to_table(s) + s.total_cost.to_string();

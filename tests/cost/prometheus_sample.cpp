@@ -1,5 +1,6 @@
 // Prints a ledger's Prometheus exposition, for `promtool check metrics`; the ledger is fed as the demo does,
-// with every kind of record, two tags (one with a label value that needs escaping), two devices and alerts.
+// with every kind of record, two features (one with a label value that needs escaping), two devices and
+// alerts.
 #include <chrono>
 #include <cstdio>
 
@@ -17,13 +18,13 @@ int main() {
                   .share_idle = fc::idle_sharing::by_busy,
                   .alerts = {.utilization_window = 1s}},
                  clock);
-  const fc::tag_id chat = led.tag("chat");
-  const fc::tag_id odd = led.tag("say \"hi\"\\now");
+  const fc::feature_id chat = led.feature("chat");
+  const fc::feature_id odd = led.feature("say \"hi\"\\now");
   led.record_model_load(1, 2s);
   led.record_preemption(1, 12, 300ms);
   for (int i = 0; i < 200; ++i) {
-    const fc::tag_id t = i % 3 ? chat : odd;
-    led.record_batch({.tag = t,
+    const fc::feature_id t = i % 3 ? chat : odd;
+    led.record_batch({.feature = t,
                       .device = std::size_t(i % 2),
                       .busy = std::chrono::milliseconds(2 + i % 5),
                       .batch_size = std::uint32_t(1 + i % 8),

@@ -80,7 +80,8 @@ TEST_CASE(
     CHECK_THROWS_WITH_AS(fc::advise_right_size({.parameters_billions = 1, .required_throughput = t}, catalog),
                          doctest::Contains("required_throughput"), std::invalid_argument);
   CHECK_THROWS_WITH_AS(
-      fc::advise_right_size({.parameters_billions = 1, .weights = static_cast<fc::precision>(99)}, catalog),
+      fc::advise_right_size({.parameters_billions = 1, .weights = static_cast<frugal::element_type>(99)},
+                            catalog),
       doctest::Contains("weights"), std::invalid_argument);
   for (double t : {inf, qnan, 0.0}) {
     auto bad = catalog;

@@ -41,18 +41,18 @@ fc::ledger_options scenario_options() {
 struct scenario {
   frugal::manual_clock clock;
   fc::ledger<frugal::manual_clock> ledger;
-  fc::tag_id chat, search;
+  fc::feature_id chat, search;
   fc::ledger_snapshot half;  // at 50 s
 
   explicit scenario(fc::ledger_options o = scenario_options()) : ledger(std::move(o), clock) {
-    chat = ledger.tag("chat");
-    search = ledger.tag("search");
+    chat = ledger.feature("chat");
+    search = ledger.feature("search");
     ledger.record_model_load(1, 5s);
     clock.advance(10s);
     ledger.record_memory(0, 70, 80);  // 87.5%, stays high
     ledger.record_memory(1, 70, 80);
-    ledger.record_batch({.tag = chat, .device = 0, .busy = 60ms, .batch_size = 4, .capacity = 8});
-    ledger.record_batch({.tag = search,
+    ledger.record_batch({.feature = chat, .device = 0, .busy = 60ms, .batch_size = 4, .capacity = 8});
+    ledger.record_batch({.feature = search,
                          .device = 1,
                          .busy = 30ms,
                          .batch_size = 2,
@@ -61,18 +61,18 @@ struct scenario {
                          .tokens_out = 50});
     clock.advance(10s);
     ledger.record_memory(1, 40, 80);  // back under 80%: device 1 never alerts
-    ledger.record_batch({.tag = chat, .device = 0, .busy = 100ms, .batch_size = 8, .capacity = 8});
+    ledger.record_batch({.feature = chat, .device = 0, .busy = 100ms, .batch_size = 8, .capacity = 8});
     clock.advance(30s);
     half = ledger.snapshot();
-    ledger.record_batch({.tag = chat, .device = 0, .busy = 100ms, .batch_size = 8, .capacity = 8});
-    ledger.record_batch({.tag = search,
+    ledger.record_batch({.feature = chat, .device = 0, .busy = 100ms, .batch_size = 8, .capacity = 8});
+    ledger.record_batch({.feature = search,
                          .device = 1,
                          .busy = 30ms,
                          .batch_size = 2,
                          .capacity = 4,
                          .tokens_in = 100,
                          .tokens_out = 50});
-    ledger.record_batch({.tag = search,
+    ledger.record_batch({.feature = search,
                          .device = 0,
                          .busy = 30ms,
                          .batch_size = 2,
@@ -81,7 +81,7 @@ struct scenario {
                          .tokens_out = 50});
     for (int i = 0; i < 18; ++i) ledger.record_request(chat, 50ms, fc::outcome::ok);
     ledger.record_request(chat, 200ms, fc::outcome::error);
-    ledger.record_request(chat, 900ms, fc::outcome::deadline);
+    ledger.record_request(chat, 900ms, fc::outcome::deadline_exceeded);
     for (int i = 0; i < 4; ++i) ledger.record_request(search, 10ms);
     ledger.record_cache_hit(chat, 30ms);
     ledger.record_cache_hit(chat, 30ms);
@@ -102,10 +102,10 @@ bool has_alert(const fc::ledger_snapshot& s, const std::string& check, const std
 TEST_CASE("ledger: a scripted scenario on a manual clock gives the figures worked out by hand") {
   scenario sc;
   const auto s = sc.ledger.snapshot();
-  REQUIRE(s.tags.size() == 2);
+  REQUIRE(s.features.size() == 2);
   REQUIRE(s.devices.size() == 2);
-  const auto& chat = s.tags[0];
-  const auto& search = s.tags[1];
+  const auto& chat = s.features[0];
+  const auto& search = s.features[1];
   CHECK(s.wall == 100s);
   CHECK(s.cur == fc::currency{});
 
@@ -144,7 +144,7 @@ TEST_CASE("ledger: a scripted scenario on a manual clock gives the figures worke
     CHECK(s.total.batched_items == 26);
     CHECK(nanos(s.total.batching_saved) == nanos(chat.batching_saved) + nanos(search.batching_saved));
   }
-  SUBCASE("per tag: requests, busy, cost per request, batches and fill") {
+  SUBCASE("per feature: requests, busy, cost per request, batches and fill") {
     CHECK(chat.name == "chat");
     CHECK(chat.requests == 20);
     CHECK(chat.by_outcome[0] == 18);
@@ -219,15 +219,15 @@ TEST_CASE("ledger: a scripted scenario on a manual clock gives the figures worke
     CHECK(nanos(w.devices[0].paid) == 50'000'000);
     CHECK(nanos(w.devices[1].paid) == 100'000'000);
     CHECK(w.devices[1].load == 0s);  // the load was before the window
-    CHECK(w.tags[0].batches == 1);
-    CHECK(w.tags[0].busy == 100ms);
-    CHECK(w.tags[1].busy == 60ms);
-    CHECK(w.tags[0].requests == 20);
-    CHECK(w.tags[0].latency_histogram.count == 20);
+    CHECK(w.features[0].batches == 1);
+    CHECK(w.features[0].busy == 100ms);
+    CHECK(w.features[1].busy == 60ms);
+    CHECK(w.features[0].requests == 20);
+    CHECK(w.features[0].latency_histogram.count == 20);
     CHECK(nanos(w.total_cost) == 150'000'000);
     CHECK(nanos(w.busy_cost) == 100'000 + 60'000 + 30'000);
-    CHECK_FALSE(w.tags[0].model.valid);  // one batch in the window
-    CHECK(sc.half.tags[0].batches == 2);
+    CHECK_FALSE(w.features[0].model.valid);  // one batch in the window
+    CHECK(sc.half.features[0].batches == 2);
     CHECK(sc.half.wall == 50s);
     CHECK_THROWS_AS(sc.half.since(s), std::invalid_argument);
     scenario other;
@@ -236,27 +236,27 @@ TEST_CASE("ledger: a scripted scenario on a manual clock gives the figures worke
 }
 
 TEST_CASE("ledger: idle cost shared out by busy time or uniformly adds up to the idle cost") {
-  SUBCASE("by busy time, per device, remainder to the busiest tag") {
+  SUBCASE("by busy time, per device, remainder to the busiest feature") {
     auto o = scenario_options();
     o.share_idle = fc::idle_sharing::by_busy;
     scenario sc(o);
     const auto s = sc.ledger.snapshot();
     // Device 0's idle 99,710,000 splits 260:30 -> 89,395,172.4 and 10,314,827.6, floored, remainder 1 to
-    // chat. Device 1's idle 189,880,000 all goes to search, its only tag.
-    CHECK(nanos(s.tags[0].idle_share) == 89'395'173);
-    CHECK(nanos(s.tags[1].idle_share) == 10'314'827 + 189'880'000);
+    // chat. Device 1's idle 189,880,000 all goes to search, its only feature.
+    CHECK(nanos(s.features[0].idle_share) == 89'395'173);
+    CHECK(nanos(s.features[1].idle_share) == 10'314'827 + 189'880'000);
     CHECK(nanos(s.unallocated_idle) == 0);
-    CHECK(nanos(s.tags[0].cost) == 260'000 + 89'395'173);
-    CHECK(nanos(s.tags[0].idle_share) + nanos(s.tags[1].idle_share) == nanos(s.idle_cost));
-    CHECK(nanos(s.tags[0].cost_per_request) == 4'482'759);  // 89,655,173 / 20 = 4,482,758.65
+    CHECK(nanos(s.features[0].cost) == 260'000 + 89'395'173);
+    CHECK(nanos(s.features[0].idle_share) + nanos(s.features[1].idle_share) == nanos(s.idle_cost));
+    CHECK(nanos(s.features[0].cost_per_request) == 4'482'759);  // 89,655,173 / 20 = 4,482,758.65
   }
-  SUBCASE("uniformly between the active tags") {
+  SUBCASE("uniformly between the active features") {
     auto o = scenario_options();
     o.share_idle = fc::idle_sharing::uniform;
     scenario sc(o);
     const auto s = sc.ledger.snapshot();
-    CHECK(nanos(s.tags[0].idle_share) == 99'710'000 / 2 + 189'880'000 / 2);
-    CHECK(nanos(s.tags[1].idle_share) == 99'710'000 / 2 + 189'880'000 / 2);
+    CHECK(nanos(s.features[0].idle_share) == 99'710'000 / 2 + 189'880'000 / 2);
+    CHECK(nanos(s.features[1].idle_share) == 99'710'000 / 2 + 189'880'000 / 2);
     CHECK(nanos(s.unallocated_idle) == 0);
   }
 }
@@ -282,30 +282,30 @@ TEST_CASE("ledger: bad input gets a clear error naming what was wrong") {
     o.prices[0].on_demand = fc::rate::per_request(money::parse("$1"));
     CHECK_THROWS_AS(fc::ledger<>{o}, std::invalid_argument);
     o = good;
-    o.max_tags = 0;
-    CHECK_THROWS_WITH_AS(fc::ledger<>{o}, doctest::Contains("max_tags"), std::invalid_argument);
+    o.max_features = 0;
+    CHECK_THROWS_WITH_AS(fc::ledger<>{o}, doctest::Contains("max_features"), std::invalid_argument);
     o = good;
     o.expected_interval = -1ms;
     CHECK_THROWS_AS(fc::ledger<>{o}, std::invalid_argument);
   }
   SUBCASE("records") {
     auto o = good;
-    o.max_tags = 2;
+    o.max_features = 2;
     fc::ledger<> l(o);
-    auto a = l.tag("a");
-    CHECK(l.tag("a") == a);
-    l.tag("b");
-    CHECK(l.find_tag("b").has_value());
-    CHECK_FALSE(l.find_tag("c").has_value());
-    CHECK_THROWS_WITH_AS(l.tag("c"), doctest::Contains("max_tags = 2"), std::length_error);
-    CHECK_THROWS_AS(l.tag(""), std::invalid_argument);
-    CHECK_THROWS_AS(l.record_batch({.tag = fc::tag_id{}, .busy = 1ms}), std::out_of_range);
-    CHECK_THROWS_WITH_AS(l.record_batch({.tag = a, .device = 2, .busy = 1ms}), doctest::Contains("device 2"),
-                         std::out_of_range);
-    CHECK_THROWS_WITH_AS(l.record_batch({.tag = a, .busy = -1ms}),
+    auto a = l.feature("a");
+    CHECK(l.feature("a") == a);
+    l.feature("b");
+    CHECK(l.find_feature("b").has_value());
+    CHECK_FALSE(l.find_feature("c").has_value());
+    CHECK_THROWS_WITH_AS(l.feature("c"), doctest::Contains("max_features = 2"), std::length_error);
+    CHECK_THROWS_AS(l.feature(""), std::invalid_argument);
+    CHECK_THROWS_AS(l.record_batch({.feature = fc::feature_id{}, .busy = 1ms}), std::out_of_range);
+    CHECK_THROWS_WITH_AS(l.record_batch({.feature = a, .device = 2, .busy = 1ms}),
+                         doctest::Contains("device 2"), std::out_of_range);
+    CHECK_THROWS_WITH_AS(l.record_batch({.feature = a, .busy = -1ms}),
                          doctest::Contains("busy must not be negative"), std::invalid_argument);
-    CHECK_THROWS_AS(l.record_batch({.tag = a, .busy = 1ms, .batch_size = 0}), std::invalid_argument);
-    CHECK_THROWS_AS(l.record_batch({.tag = a, .busy = 1ms, .batch_size = 8, .capacity = 4}),
+    CHECK_THROWS_AS(l.record_batch({.feature = a, .busy = 1ms, .batch_size = 0}), std::invalid_argument);
+    CHECK_THROWS_AS(l.record_batch({.feature = a, .busy = 1ms, .batch_size = 8, .capacity = 4}),
                     std::invalid_argument);
     CHECK_THROWS_AS(l.record_request(a, -1ms), std::invalid_argument);
     CHECK_THROWS_AS(l.record_cache_hit(a, -1ms), std::invalid_argument);
@@ -321,7 +321,7 @@ TEST_CASE("ledger: bad input gets a clear error naming what was wrong") {
 TEST_CASE("ledger: 4 threads recording at once add up exactly while another takes snapshots") {
   frugal::manual_clock clock;
   fc::ledger<frugal::manual_clock> l(scenario_options(), clock);
-  const fc::tag_id tags[] = {l.tag("chat"), l.tag("search")};
+  const fc::feature_id features[] = {l.feature("chat"), l.feature("search")};
   constexpr int per_thread = 20000;
   std::atomic<bool> done{false};
   std::thread reader([&] {
@@ -334,8 +334,8 @@ TEST_CASE("ledger: 4 threads recording at once add up exactly while another take
   for (int w = 0; w < 4; ++w)
     writers.emplace_back([&, w] {
       for (int i = 0; i < per_thread; ++i) {
-        const auto t = tags[(w + i) % 2];
-        l.record_batch({.tag = t,
+        const auto t = features[(w + i) % 2];
+        l.record_batch({.feature = t,
                         .device = std::size_t(w % 2),
                         .busy = std::chrono::microseconds(1 + i % 7),
                         .batch_size = std::uint32_t(1 + i % 4)});
@@ -361,8 +361,8 @@ TEST_CASE("ledger: 4 threads recording at once add up exactly while another take
   CHECK(s.total.latency_histogram.count == 4u * per_thread);
   CHECK(s.total.cache_hits == 4u * per_thread / 5);
   CHECK(s.total.cache_saved_time == std::chrono::microseconds(4 * per_thread / 5));
-  CHECK(s.tags[0].requests + s.tags[1].requests == 4u * per_thread);
-  // Device 0 at $0.001/s, device 1 at $0.002/s: busy cost is exact to the nano-dollar per (tag, device).
+  CHECK(s.features[0].requests + s.features[1].requests == 4u * per_thread);
+  // Device 0 at $0.001/s, device 1 at $0.002/s: busy cost is exact to the nano-dollar per (feature, device).
   CHECK(nanos(s.busy_cost) == std::int64_t(2 * busy_us) * 1 + std::int64_t(2 * busy_us) * 2);
 }
 
@@ -370,11 +370,12 @@ TEST_CASE(
     "ledger: one thread feeding more ledgers than its stripe cache holds keeps each one's figures apart") {
   std::vector<std::unique_ptr<fc::ledger<>>> ledgers;
   for (int i = 0; i < 6; ++i) ledgers.push_back(std::make_unique<fc::ledger<>>(scenario_options()));
-  std::vector<fc::tag_id> tags;
-  for (auto& l : ledgers) tags.push_back(l->tag("chat"));
+  std::vector<fc::feature_id> features;
+  for (auto& l : ledgers) features.push_back(l->feature("chat"));
   for (int round = 0; round < 50; ++round)
     for (std::size_t i = 0; i < ledgers.size(); ++i)
-      ledgers[i]->record_batch({.tag = tags[i], .busy = std::chrono::milliseconds(i + 1), .batch_size = 2});
+      ledgers[i]->record_batch(
+          {.feature = features[i], .busy = std::chrono::milliseconds(i + 1), .batch_size = 2});
   for (std::size_t i = 0; i < ledgers.size(); ++i) {
     const auto s = ledgers[i]->snapshot();
     CHECK(s.total.batches == 50);
@@ -382,7 +383,7 @@ TEST_CASE(
   }
   ledgers.erase(ledgers.begin());  // a new ledger never inherits a destroyed one's cached stripe
   fc::ledger<> fresh(scenario_options());
-  fresh.record_batch({.tag = fresh.tag("chat"), .busy = 1ms});
+  fresh.record_batch({.feature = fresh.feature("chat"), .busy = 1ms});
   CHECK(fresh.snapshot().total.batches == 1);
 }
 
@@ -390,13 +391,13 @@ TEST_CASE("ledger: with an expected interval a stalled request also records the 
   auto o = scenario_options();
   o.expected_interval = 10ms;
   fc::ledger<> l(o);
-  const auto t = l.tag("chat");
+  const auto t = l.feature("chat");
   l.record_request(t, 100ms);  // 100, 90, ..., 10 ms
   l.record_request(t, 5ms);    // under the interval: just itself
   const auto s = l.snapshot();
-  CHECK(s.tags[0].requests == 2);
-  CHECK(s.tags[0].latency_histogram.count == 11);
-  CHECK(s.tags[0].latency_histogram.sum == std::uint64_t(std::chrono::nanoseconds(555ms).count()));
+  CHECK(s.features[0].requests == 2);
+  CHECK(s.features[0].latency_histogram.count == 11);
+  CHECK(s.features[0].latency_histogram.sum == std::uint64_t(std::chrono::nanoseconds(555ms).count()));
   const std::string p = fc::to_prometheus(s);
   CHECK(p.find("frugal_request_duration_seconds_count{feature=\"chat\"} 11") != std::string::npos);
   CHECK(p.find("frugal_request_duration_seconds_sum{feature=\"chat\"} 0.555") != std::string::npos);
@@ -408,7 +409,8 @@ TEST_CASE("exports: Prometheus, JSON and table carry the snapshot's figures") {
   const std::string p = fc::to_prometheus(s);
   CHECK(p.find("# TYPE frugal_gpu_busy_seconds_total counter") != std::string::npos);
   CHECK(p.find("frugal_gpu_busy_seconds_total{feature=\"chat\"} 0.26") != std::string::npos);
-  CHECK(p.find("frugal_requests_total{feature=\"chat\",outcome=\"deadline\"} 1") != std::string::npos);
+  CHECK(p.find("frugal_requests_total{feature=\"chat\",outcome=\"deadline_exceeded\"} 1") !=
+        std::string::npos);
   CHECK(p.find("frugal_cost_usd_total{feature=\"chat\"} 0.00026") != std::string::npos);
   CHECK(p.find("frugal_gpu_utilization_ratio{device=\"0\",gpu_class=\"A100\"} 0.0029") != std::string::npos);
   CHECK(p.find("frugal_request_duration_seconds_bucket{feature=\"chat\",le=\"0.1\"} 18") !=
@@ -485,9 +487,11 @@ TEST_CASE("advisors: right-size picks the cheapest type that fits the memory and
   CHECK(a.best.hourly_cost == money::parse("$8.00"));
   CHECK_FALSE(a.candidates.back().fits);
   // 70B at int4: 42 GB -> small 2 for memory; spot prices: small x2 = $0.80.
-  a = fc::advise_right_size(
-      {.parameters_billions = 70, .weights = fc::precision::int4, .required_throughput = 0.5, .spot = true},
-      catalog);
+  a = fc::advise_right_size({.parameters_billions = 70,
+                             .weights = frugal::element_type::i4,
+                             .required_throughput = 0.5,
+                             .spot = true},
+                            catalog);
   CHECK(a.memory_needed_bytes == 42'000'000'000);
   CHECK(a.best.name == "small");
   CHECK(a.best.hourly_cost == money::parse("$0.80"));
@@ -578,9 +582,9 @@ fc::ledger_options one_device() {
 TEST_CASE("ledger hardening: a duration beyond max_record_duration is refused and never poisons snapshot()") {
   frugal::manual_clock clock;
   fc::ledger<frugal::manual_clock> l(one_device(), clock);
-  const auto t = l.tag("chat");
+  const auto t = l.feature("chat");
   const auto huge = std::chrono::nanoseconds(INT64_MAX);
-  CHECK_THROWS_WITH_AS(l.record_batch({.tag = t, .busy = huge}), doctest::Contains("busy"),
+  CHECK_THROWS_WITH_AS(l.record_batch({.feature = t, .busy = huge}), doctest::Contains("busy"),
                        std::invalid_argument);
   CHECK_THROWS_WITH_AS(l.record_request(t, huge), doctest::Contains("latency"), std::invalid_argument);
   CHECK_THROWS_WITH_AS(l.record_cache_hit(t, huge), doctest::Contains("saved"), std::invalid_argument);
@@ -588,10 +592,10 @@ TEST_CASE("ledger hardening: a duration beyond max_record_duration is refused an
   // The longest accepted duration, many times over, still gives a snapshot with monotone figures.
   std::uint64_t last = 0;
   for (int i = 0; i < 50; ++i) {
-    l.record_batch({.tag = t, .busy = fc::max_record_duration, .batch_size = UINT32_MAX});
+    l.record_batch({.feature = t, .busy = fc::max_record_duration, .batch_size = UINT32_MAX});
     clock.advance(std::chrono::hours(24));
     const auto s = l.snapshot();
-    const auto busy = static_cast<std::uint64_t>(s.tags[0].busy.count());
+    const auto busy = static_cast<std::uint64_t>(s.features[0].busy.count());
     CHECK(busy >= last);
     last = busy;
   }
@@ -603,13 +607,13 @@ TEST_CASE(
   auto o = one_device();
   o.expected_interval = 1ns;
   fc::ledger<> l(o);
-  const auto t = l.tag("chat");
+  const auto t = l.feature("chat");
   // Once per missed interval this would be 8.64e13 iterations; bucket by bucket it is instant.
   l.record_request(t, fc::max_record_duration);
   const auto s = l.snapshot();
   const std::uint64_t v = static_cast<std::uint64_t>(fc::max_record_duration.count());
-  CHECK(s.tags[0].latency_histogram.count == v - 1 + 1);  // v itself and v-1 .. 1
-  CHECK(s.tags[0].latency_histogram.sum == UINT64_MAX);   // v·(v+1)/2 saturates
+  CHECK(s.features[0].latency_histogram.count == v - 1 + 1);  // v itself and v-1 .. 1
+  CHECK(s.features[0].latency_histogram.sum == UINT64_MAX);   // v·(v+1)/2 saturates
   frugal::cost::log_linear_histogram h(5000);
   h.record_corrected(10000, 3);  // 10000, 9997, ..., 4: values above 5000 clamp
   std::uint64_t want_sum = 0, want_clamped = 0;
@@ -648,14 +652,14 @@ TEST_CASE("ledger hardening: NaN and infinite thresholds are refused, naming the
   CHECK(fc::detail::json_num(std::nan("")) == "null");
 }
 
-TEST_CASE("ledger hardening: tags and device names that are not printable UTF-8 are refused") {
+TEST_CASE("ledger hardening: features and device names that are not printable UTF-8 are refused") {
   fc::ledger<> l(one_device());
-  CHECK_THROWS_WITH_AS(l.tag("bad\xff"), doctest::Contains("UTF-8"), std::invalid_argument);
-  CHECK_THROWS_AS(l.tag("\xc0\xaf"), std::invalid_argument);      // overlong '/'
-  CHECK_THROWS_AS(l.tag("\xed\xa0\x80"), std::invalid_argument);  // a surrogate
-  CHECK_THROWS_AS(l.tag("cut\xe2\x82"), std::invalid_argument);   // truncated
-  CHECK_THROWS_AS(l.tag("line\nbreak"), std::invalid_argument);
-  CHECK(l.tag("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80").value == 0);
+  CHECK_THROWS_WITH_AS(l.feature("bad\xff"), doctest::Contains("UTF-8"), std::invalid_argument);
+  CHECK_THROWS_AS(l.feature("\xc0\xaf"), std::invalid_argument);      // overlong '/'
+  CHECK_THROWS_AS(l.feature("\xed\xa0\x80"), std::invalid_argument);  // a surrogate
+  CHECK_THROWS_AS(l.feature("cut\xe2\x82"), std::invalid_argument);   // truncated
+  CHECK_THROWS_AS(l.feature("line\nbreak"), std::invalid_argument);
+  CHECK(l.feature("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80").value == 0);
   auto o = one_device();
   o.devices[0].name = "gpu\x01";
   CHECK_THROWS_WITH_AS(fc::ledger<>{o}, doctest::Contains("devices[0]"), std::invalid_argument);
@@ -666,7 +670,7 @@ TEST_CASE("ledger hardening: tags and device names that are not printable UTF-8 
 TEST_CASE("exports: the shared tier's hits, their latency and its faults reach Prometheus and JSON") {
   frugal::manual_clock clock;
   fc::ledger<frugal::manual_clock> ledger(scenario_options(), clock);
-  const auto t = ledger.tag("rag");
+  const auto t = ledger.feature("rag");
   ledger.record_remote_hit(t, 2ms);
   ledger.record_remote_hit(t, 3ms);
   ledger.record_remote_fault(t);
@@ -692,8 +696,8 @@ TEST_CASE("exports: the shared tier's hits, their latency and its faults reach P
 TEST_CASE("ledger: preemptions and redone work are counted per device, priced at its billing, and exported") {
   frugal::manual_clock clock;
   fc::ledger<frugal::manual_clock> ledger(scenario_options(), clock);
-  const auto t = ledger.tag("job");
-  ledger.record_batch({.tag = t, .device = 1, .busy = 10s, .batch_size = 100});
+  const auto t = ledger.feature("job");
+  ledger.record_batch({.feature = t, .device = 1, .busy = 10s, .batch_size = 100});
   ledger.record_preemption(1, 40, 4s);  // spot H100, $7.20/h: 4 s = $0.008
   clock.advance(20s);
   const auto half = ledger.snapshot();
@@ -766,7 +770,7 @@ TEST_CASE("advisors: advise_spot on a measured redo per preemption, and its pric
 
 TEST_CASE(
     "ledger regression: a saving worth more than money holds saturates instead of making snapshot() throw") {
-  // Found by fuzz_ledger: saved time is priced at the tag's busy rate, so 1 us of busy time at $1M/h with
+  // Found by fuzz_ledger: saved time is priced at the feature's busy rate, so 1 us of busy time at $1M/h with
   // 1,000 day-long saved misses is worth about 2.4e19 nanodollars, past INT64_MAX; snapshot() threw
   // "overflow in share".
   frugal::manual_clock clock;
@@ -774,16 +778,16 @@ TEST_CASE(
       {.prices = {{.gpu_class = "X", .on_demand = fc::rate::per_hour(money::parse("$1000000.00"))}},
        .devices = {{.gpu_class = "X"}}},
       clock);
-  const auto chat = l.tag("chat"), search = l.tag("search");
+  const auto chat = l.feature("chat"), search = l.feature("search");
   for (const auto t : {chat, search}) {
-    l.record_batch({.tag = t, .busy = std::chrono::microseconds(1)});
+    l.record_batch({.feature = t, .busy = std::chrono::microseconds(1)});
     for (int i = 0; i < 1000; ++i) l.record_cache_hit(t, fc::max_record_duration);
   }
   clock.advance(std::chrono::seconds(1));
   fc::ledger_snapshot s;
   REQUIRE_NOTHROW(s = l.snapshot());
-  REQUIRE(s.tags.size() == 2);
-  for (const auto& t : s.tags) {
+  REQUIRE(s.features.size() == 2);
+  for (const auto& t : s.features) {
     CHECK(t.cache_saved_time == 1000 * fc::max_record_duration);
     CHECK(t.cache_saved.nanos() == INT64_MAX);
   }

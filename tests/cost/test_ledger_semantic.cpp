@@ -27,11 +27,11 @@ fc::ledger_options a100() {
 TEST_CASE("ledger: semantic hits are cache hits whose count and saving are also reported apart") {
   frugal::manual_clock clock;
   fc::ledger<frugal::manual_clock> ledger(a100(), clock);
-  const auto faq = ledger.tag("faq");
-  const auto chat = ledger.tag("chat");
+  const auto faq = ledger.feature("faq");
+  const auto chat = ledger.feature("chat");
   // faq: 400 ms busy for 4 items, so an average miss is 100 ms.
-  ledger.record_batch({.tag = faq, .busy = 400ms, .batch_size = 4});
-  ledger.record_batch({.tag = chat, .busy = 200ms, .batch_size = 2});
+  ledger.record_batch({.feature = faq, .busy = 400ms, .batch_size = 4});
+  ledger.record_batch({.feature = chat, .busy = 200ms, .batch_size = 2});
   for (int i = 0; i < 3; ++i) ledger.record_cache_hit(faq);
   ledger.record_semantic_hit(faq);
   ledger.record_semantic_hit(faq);
@@ -39,7 +39,7 @@ TEST_CASE("ledger: semantic hits are cache hits whose count and saving are also 
   ledger.record_cache_hit(chat);
   clock.advance(10s);
   const auto s = ledger.snapshot();
-  const fc::tag_figures& f = *s.find("faq");
+  const fc::feature_figures& f = *s.find("faq");
   CHECK(f.cache_hits == 6);
   CHECK(f.semantic_hits == 3);
   CHECK(f.cache_saved_time == 550ms);     // 5 average misses and 50 ms
@@ -47,7 +47,7 @@ TEST_CASE("ledger: semantic hits are cache hits whose count and saving are also 
   CHECK(f.busy_cost.nanos() == 400'000);
   CHECK(f.cache_saved.nanos() == 550'000);
   CHECK(f.semantic_saved.nanos() == 250'000);
-  const fc::tag_figures& c = *s.find("chat");
+  const fc::feature_figures& c = *s.find("chat");
   CHECK(c.cache_hits == 1);
   CHECK(c.semantic_hits == 0);
   CHECK(c.semantic_saved.nanos() == 0);
@@ -63,7 +63,7 @@ TEST_CASE("ledger: semantic hits are cache hits whose count and saving are also 
     ledger.record_cache_hit(faq, 30ms);
     clock.advance(1s);
     const auto w = ledger.snapshot().since(s);
-    const fc::tag_figures& fw = *w.find("faq");
+    const fc::feature_figures& fw = *w.find("faq");
     CHECK(fw.cache_hits == 2);
     CHECK(fw.semantic_hits == 1);
     CHECK(fw.semantic_saved_time == 30ms);
@@ -95,11 +95,11 @@ TEST_CASE("ledger: semantic hits are cache hits whose count and saving are also 
   }
 }
 
-TEST_CASE("ledger: record_semantic_hit refuses an unknown tag and a bad duration, naming them") {
+TEST_CASE("ledger: record_semantic_hit refuses an unknown feature and a bad duration, naming them") {
   fc::ledger<> ledger(a100());
-  const auto t = ledger.tag("faq");
-  CHECK_THROWS_WITH_AS(ledger.record_semantic_hit(fc::tag_id{7}),
-                       doctest::Contains("record_semantic_hit: tag id 7"), std::out_of_range);
+  const auto t = ledger.feature("faq");
+  CHECK_THROWS_WITH_AS(ledger.record_semantic_hit(fc::feature_id{7}),
+                       doctest::Contains("record_semantic_hit: feature id 7"), std::out_of_range);
   CHECK_THROWS_WITH_AS(ledger.record_semantic_hit(t, -1ms),
                        doctest::Contains("record_semantic_hit: saved must not be negative"),
                        std::invalid_argument);

@@ -52,7 +52,7 @@ TEST_SUITE("faults-host") {
     fc::status s;
     CHECK_NOTHROW(s = fc::device_buffer<std::uint8_t>::create(huge_bytes, buf));
     CHECK_FALSE(static_cast<bool>(s));
-    CHECK(s.code == fc::status_code::cuda_error);
+    CHECK(s.code == frugal::cuda_errc::cuda_error);
     CHECK(contains(s.message, "cudaMalloc of " + std::to_string(huge_bytes) + " bytes"));
     CHECK(contains(s.message, "cudaError"));  // the CUDA error's name, e.g. cudaErrorMemoryAllocation
     CHECK(buf.data() == nullptr);
@@ -64,7 +64,7 @@ TEST_SUITE("faults-host") {
     const std::size_t n = std::numeric_limits<std::size_t>::max() / 2;
     fc::device_buffer<float> buf;
     const fc::status s = fc::device_buffer<float>::create(n, buf);
-    CHECK(s.code == fc::status_code::invalid_problem);
+    CHECK(s.code == frugal::cuda_errc::invalid_problem);
     CHECK(contains(s.message, std::to_string(n) + " elements of 4 bytes overflow"));
     CHECK(buf.data() == nullptr);
     CHECK_THROWS_WITH_AS(fc::device_buffer<float>{n}, s.message.c_str(), std::runtime_error);
@@ -93,13 +93,13 @@ TEST_SUITE("faults-host") {
       CAPTURE(round);
       fc::device_buffer<float> buf;
       const fc::status alloc = fc::device_buffer<float>::create(1024, buf);
-      CHECK(alloc.code == fc::status_code::cuda_error);
+      CHECK(alloc.code == frugal::cuda_errc::cuda_error);
       CHECK(contains(alloc.message, "cudaMalloc of 4096 bytes (1024 elements of 4)"));
       CHECK_THROWS_AS(fc::device_buffer<float>{16}, std::runtime_error);
 
       frugal_fault_kernel<<<1, 32>>>(nullptr);
       const fc::status launch = fc::launch_status("frugal_fault_kernel");
-      CHECK(launch.code == fc::status_code::cuda_error);
+      CHECK(launch.code == frugal::cuda_errc::cuda_error);
       CHECK(contains(launch.message, "frugal_fault_kernel: "));
 
       const fc::gemm_w8a8_arguments w8a8{.m = 16,
@@ -111,7 +111,7 @@ TEST_SUITE("faults-host") {
                                          .ldb = 64,
                                          .c = host_out,
                                          .ldc = 32,
-                                         .c_type = fc::dtype::i32};
+                                         .c_type = frugal::element_type::i32};
       const fc::gemm_f16_arguments f16{
           .m = 16, .n = 32, .k = 64, .a = host8, .lda = 64, .b = host8, .ldb = 64, .c = host_out, .ldc = 32};
       const fc::gemm_w8a16_arguments w8a16{.m = 1,
@@ -146,20 +146,20 @@ TEST_SUITE("faults-host") {
                                               .scale = host_f};
       fc::status s;
       CHECK_NOTHROW(s = fc::run(w8a8));
-      CHECK(s.code == fc::status_code::cuda_error);
+      CHECK(s.code == frugal::cuda_errc::cuda_error);
       CHECK_FALSE(s.message.empty());
       CHECK_NOTHROW(s = fc::run(f16));
-      CHECK(s.code == fc::status_code::cuda_error);
+      CHECK(s.code == frugal::cuda_errc::cuda_error);
       CHECK_NOTHROW(s = fc::run(w8a16));
-      CHECK(s.code == fc::status_code::cuda_error);
+      CHECK(s.code == frugal::cuda_errc::cuda_error);
       CHECK_NOTHROW(s = fc::run(w4a16));
-      CHECK(s.code == fc::status_code::cuda_error);
+      CHECK(s.code == frugal::cuda_errc::cuda_error);
       CHECK_NOTHROW(s = fc::run(quant));
-      CHECK(s.code == fc::status_code::cuda_error);
-      CHECK(fc::can_implement(w8a8).code == fc::status_code::cuda_error);
+      CHECK(s.code == frugal::cuda_errc::cuda_error);
+      CHECK(fc::can_implement(w8a8).code == frugal::cuda_errc::cuda_error);
       fc::dispatcher d;
       CHECK_NOTHROW(s = d.run(w8a8));
-      CHECK(s.code == fc::status_code::cuda_error);
+      CHECK(s.code == frugal::cuda_errc::cuda_error);
       CHECK(d.stats().frugal_runs + d.stats().cublaslt_runs == 0);
     }
   }
@@ -207,7 +207,7 @@ struct w8a8_problem {
             .ldb = k,
             .c = c.data(),
             .ldc = n,
-            .c_type = fc::dtype::i32,
+            .c_type = frugal::element_type::i32,
             .tile = tile};
   }
   // Poisons C, runs, and returns how many elements differ from the host (or -1 when run() failed).
@@ -250,7 +250,7 @@ TEST_CASE("out of memory: twice the device's memory is a cuda_error, and the nex
   const std::size_t want = 2 * total_bytes;
   fc::device_buffer<std::uint8_t> big;
   const fc::status s = fc::device_buffer<std::uint8_t>::create(want, big);
-  CHECK(s.code == fc::status_code::cuda_error);
+  CHECK(s.code == frugal::cuda_errc::cuda_error);
   CHECK(contains(s.message, "cudaMalloc of " + std::to_string(want) + " bytes"));
   CHECK(contains(s.message, cudaGetErrorString(cudaErrorMemoryAllocation)));
   CHECK(big.data() == nullptr);
@@ -276,14 +276,14 @@ TEST_CASE(
   SUBCASE("too many threads per block") {
     frugal_fault_kernel<<<1, 4096, 0, stream>>>(nullptr);
     const fc::status s = fc::launch_status("frugal_fault_kernel<4096 threads>");
-    CHECK(s.code == fc::status_code::cuda_error);
+    CHECK(s.code == frugal::cuda_errc::cuda_error);
     CHECK(s.message == std::string("frugal_fault_kernel<4096 threads>: ") +
                            cudaGetErrorString(cudaErrorInvalidConfiguration));
   }
   SUBCASE("more dynamic shared memory than any block may have") {
     frugal_fault_kernel<<<1, 32, (16u << 20), stream>>>(nullptr);
     const fc::status s = fc::launch_status("frugal_fault_kernel<16 MiB smem>");
-    CHECK(s.code == fc::status_code::cuda_error);
+    CHECK(s.code == frugal::cuda_errc::cuda_error);
     CHECK(contains(s.message, "frugal_fault_kernel<16 MiB smem>: "));
   }
   // launch_status consumed the error: the next check is clean and the next GEMM runs.
@@ -304,7 +304,7 @@ TEST_CASE(
   REQUIRE(cudaFuncSetAttribute(large_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 0) == cudaSuccess);
   p.c.fill_bytes(0xFF);
   const fc::status s = fc::run(p.args(fc::gemm_tile::large), stream);
-  CHECK(s.code == fc::status_code::cuda_error);
+  CHECK(s.code == frugal::cuda_errc::cuda_error);
   CHECK(contains(s.message, "gemm_s8s8_s32_tensorop_sm80<128x128>: "));
   REQUIRE(cudaStreamSynchronize(stream) == cudaSuccess);  // nothing sticky: the stream is fine
   CHECK(p.untouched());                                   // and the kernel did not run
@@ -357,7 +357,7 @@ TEST_CASE(
       }
     return bad;
   };
-  auto refused = [](const fc::status& s, fc::status_code want, const char* part) {
+  auto refused = [](const fc::status& s, frugal::cuda_errc want, const char* part) {
     CHECK(s.code == want);
     CHECK_MESSAGE(contains(s.message, part), s.message);
   };
@@ -367,20 +367,20 @@ TEST_CASE(
     auto a = p.args();
     a.k = 24;
     a.lda = a.ldb = 32;
-    refused(fc::run(a, stream), fc::status_code::invalid_k, "K (24) must be a multiple of 16");
+    refused(fc::run(a, stream), frugal::cuda_errc::invalid_k, "K (24) must be a multiple of 16");
     a = p.args();
     a.a = p.a.data() + 1;
-    refused(fc::run(a, stream), fc::status_code::misaligned_operand, "a must be 16-byte aligned");
+    refused(fc::run(a, stream), frugal::cuda_errc::misaligned_operand, "a must be 16-byte aligned");
     a = p.args();
-    a.c_type = fc::dtype::i8;
-    refused(fc::run(a, stream), fc::status_code::unsupported_type, "output type i8");
+    a.c_type = frugal::element_type::i8;
+    refused(fc::run(a, stream), frugal::cuda_errc::unsupported_type, "output type i8");
     a = p.args();
-    a.c_type = fc::dtype::f16;  // scales are required for a dequantised output
-    refused(fc::run(a, stream), fc::status_code::invalid_pointer, "scale_a is null");
+    a.c_type = frugal::element_type::f16;  // scales are required for a dequantised output
+    refused(fc::run(a, stream), frugal::cuda_errc::invalid_pointer, "scale_a is null");
     if (dev.cc_major == 9 && dev.cc_minor == 0) {
       MESSAGE("sm_90 device: the wgmma tile is supported here, no unsupported_arch case to provoke");
     } else {
-      refused(fc::run(p.args(fc::gemm_tile::wgmma_sm90), stream), fc::status_code::unsupported_arch,
+      refused(fc::run(p.args(fc::gemm_tile::wgmma_sm90), stream), frugal::cuda_errc::unsupported_arch,
               "the wgmma tile needs sm_90a");
     }
     CHECK(p.run_and_check(stream) == 0);
@@ -395,17 +395,17 @@ TEST_CASE(
                              .ldb = k,
                              .c = c.data(),
                              .ldc = n,
-                             .c_type = fc::dtype::f32};
+                             .c_type = frugal::element_type::f32};
     auto bad = a;
     bad.k = 12;
     bad.lda = bad.ldb = 16;
-    refused(fc::run(bad, stream), fc::status_code::invalid_k, "K (12) must be a multiple of 8");
+    refused(fc::run(bad, stream), frugal::cuda_errc::invalid_k, "K (12) must be a multiple of 8");
     bad = a;
     bad.ldb = k + 4;
-    refused(fc::run(bad, stream), fc::status_code::misaligned_operand, "ldb (132) must be a multiple of 8");
+    refused(fc::run(bad, stream), frugal::cuda_errc::misaligned_operand, "ldb (132) must be a multiple of 8");
     bad = a;
-    bad.ab_type = fc::dtype::i8;
-    refused(fc::run(bad, stream), fc::status_code::unsupported_type, "input type i8");
+    bad.ab_type = frugal::element_type::i8;
+    refused(fc::run(bad, stream), frugal::cuda_errc::unsupported_type, "input type i8");
     c.fill_bytes(0xFF);
     const fc::status s = fc::run(a, stream);
     REQUIRE_MESSAGE(static_cast<bool>(s), s.str());
@@ -422,19 +422,19 @@ TEST_CASE(
                                .scale = scale.data(),
                                .c = c.data(),
                                .ldc = n,
-                               .c_type = fc::dtype::f32,
+                               .c_type = frugal::element_type::f32,
                                .split_k = 1};
     auto bad = a;
     bad.k = 24;
-    refused(fc::run(bad, stream), fc::status_code::invalid_k, "K (24) must be a multiple of 16");
+    refused(fc::run(bad, stream), frugal::cuda_errc::invalid_k, "K (24) must be a multiple of 16");
     bad = a;
     bad.k = bad.ldx = bad.ldw = 1024;  // 16 steps of 64: room for 4 slices (never reached: refused first)
     bad.split_k = 4;                   // split-K without the workspace it needs
-    refused(fc::run(bad, stream), fc::status_code::workspace_too_small,
+    refused(fc::run(bad, stream), frugal::cuda_errc::workspace_too_small,
             "split-K needs 4096 bytes of workspace, got 0");
     bad = a;
-    bad.c_type = fc::dtype::bf16;
-    refused(fc::run(bad, stream), fc::status_code::unsupported_type, "output type bf16");
+    bad.c_type = frugal::element_type::bf16;
+    refused(fc::run(bad, stream), frugal::cuda_errc::unsupported_type, "output type bf16");
     c.fill_bytes(0xFF);
     const fc::status s = fc::run(a, stream);
     REQUIRE_MESSAGE(static_cast<bool>(s), s.str());
@@ -452,18 +452,18 @@ TEST_CASE(
                                .scale = gscale.data(),
                                .c = c.data(),
                                .ldc = n,
-                               .c_type = fc::dtype::f32,
+                               .c_type = frugal::element_type::f32,
                                .split_k = 1};
     auto bad = a;
     bad.group_size = 96;
-    refused(fc::run(bad, stream), fc::status_code::unsupported_group, "group_size 96 is not 32, 64 or 128");
+    refused(fc::run(bad, stream), frugal::cuda_errc::unsupported_group, "group_size 96 is not 32, 64 or 128");
     bad = a;
     bad.k = 96;  // not a multiple of the group
-    refused(fc::run(bad, stream), fc::status_code::unsupported_group,
+    refused(fc::run(bad, stream), frugal::cuda_errc::unsupported_group,
             "K (96) must be a multiple of group_size");
     bad = a;
     bad.w = w4.data() + 8;
-    refused(fc::run(bad, stream), fc::status_code::misaligned_operand, "w must be 16-byte aligned");
+    refused(fc::run(bad, stream), frugal::cuda_errc::misaligned_operand, "w must be 16-byte aligned");
     c.fill_bytes(0xFF);
     const fc::status s = fc::run(a, stream);
     REQUIRE_MESSAGE(static_cast<bool>(s), s.str());

@@ -383,13 +383,13 @@ TEST_CASE("prepared kernels: a failed preparation is returned and tried again, n
   int calls = 0;
   auto failing = [&] {
     ++calls;
-    return fc::make_status(fc::status_code::unsupported_arch, "no image");
+    return fc::make_status(frugal::cuda_errc::unsupported_arch, "no image");
   };
   const fc::status s = reg.ensure(k, 0, failing);
-  CHECK(s.code == fc::status_code::unsupported_arch);
+  CHECK(s.code == frugal::cuda_errc::unsupported_arch);
   CHECK(s.message == "no image");
   CHECK_FALSE(reg.prepared(k, 0));
-  CHECK(reg.ensure(k, 0, failing).code == fc::status_code::unsupported_arch);
+  CHECK(reg.ensure(k, 0, failing).code == frugal::cuda_errc::unsupported_arch);
   CHECK(calls == 2);
   CHECK(static_cast<bool>(reg.ensure(k, 0, [] { return fc::status::ok(); })));
   CHECK(reg.prepared(k, 0));

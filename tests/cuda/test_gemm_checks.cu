@@ -33,20 +33,20 @@ fc::gemm_w8a8_arguments w8a8() {
           .scale_b = scales,
           .c = out,
           .ldc = 32,
-          .c_type = fc::dtype::f16};
+          .c_type = frugal::element_type::f16};
 }
 fc::gemm_f16_arguments f16() {
   return {.m = 16,
           .n = 32,
           .k = 64,
-          .ab_type = fc::dtype::f16,
+          .ab_type = frugal::element_type::f16,
           .a = a8,
           .lda = 64,
           .b = b8,
           .ldb = 64,
           .c = out,
           .ldc = 32,
-          .c_type = fc::dtype::f16};
+          .c_type = frugal::element_type::f16};
 }
 fc::gemm_w8a16_arguments w8a16() {
   return {.m = 1,
@@ -77,7 +77,7 @@ fc::gemm_w4a16_arguments w4a16() {
 }
 
 template <class Args>
-fc::status_code code(const Args& a, const fc::device_info& dev = ampere) {
+frugal::cuda_errc code(const Args& a, const fc::device_info& dev = ampere) {
   return fc::can_implement(a, dev).code;
 }
 template <class Args>
@@ -87,84 +87,84 @@ std::string message(const Args& a, const fc::device_info& dev = ampere) {
 }  // namespace
 
 TEST_CASE("cuda status: codes print their names and a status is true only on success") {
-  CHECK(std::string(fc::to_string(fc::status_code::misaligned_operand)) == "misaligned_operand");
+  CHECK(std::string(frugal::to_string(frugal::cuda_errc::misaligned_operand)) == "misaligned_operand");
   fc::status ok = fc::status::ok();
   CHECK(static_cast<bool>(ok));
-  fc::status bad = fc::make_status(fc::status_code::invalid_k, "K is 7");
+  fc::status bad = fc::make_status(frugal::cuda_errc::invalid_k, "K is 7");
   CHECK_FALSE(static_cast<bool>(bad));
   CHECK(bad.str() == "invalid_k: K is 7");
 }
 
 TEST_CASE("gemm_w8a8: can_implement names each unsupported problem") {
-  CHECK(code(w8a8()) == fc::status_code::success);
-  CHECK(code(w8a8(), hopper) == fc::status_code::success);
+  CHECK(code(w8a8()) == frugal::cuda_errc::success);
+  CHECK(code(w8a8(), hopper) == frugal::cuda_errc::success);
   SUBCASE("bad M, N or K") {
     auto a = w8a8();
     a.m = 0;
-    CHECK(code(a) == fc::status_code::invalid_problem);
+    CHECK(code(a) == frugal::cuda_errc::invalid_problem);
     CHECK(message(a).find("M, N and K must be > 0") != std::string::npos);
     a = w8a8();
     a.n = -1;
-    CHECK(code(a) == fc::status_code::invalid_problem);
+    CHECK(code(a) == frugal::cuda_errc::invalid_problem);
   }
   SUBCASE("K not a multiple of 16") {
     auto a = w8a8();
     a.k = 40;
-    CHECK(code(a) == fc::status_code::invalid_k);
+    CHECK(code(a) == frugal::cuda_errc::invalid_k);
     CHECK(message(a).find("K (40)") != std::string::npos);
   }
   SUBCASE("null pointers") {
     auto a = w8a8();
     a.a = nullptr;
-    CHECK(code(a) == fc::status_code::invalid_pointer);
+    CHECK(code(a) == frugal::cuda_errc::invalid_pointer);
     CHECK(message(a).find("a is null") != std::string::npos);
     a = w8a8();
     a.scale_b = nullptr;
-    CHECK(code(a) == fc::status_code::invalid_pointer);
+    CHECK(code(a) == frugal::cuda_errc::invalid_pointer);
     CHECK(message(a).find("scale_b") != std::string::npos);
     a = w8a8();
     a.zero_a = i32;
-    CHECK(code(a) == fc::status_code::invalid_pointer);
+    CHECK(code(a) == frugal::cuda_errc::invalid_pointer);
     CHECK(message(a).find("colsum_b") != std::string::npos);
     a.colsum_b = i32;
-    CHECK(code(a) == fc::status_code::success);
+    CHECK(code(a) == frugal::cuda_errc::success);
     a = w8a8();
     a.c = nullptr;
-    CHECK(code(a) == fc::status_code::invalid_pointer);
+    CHECK(code(a) == frugal::cuda_errc::invalid_pointer);
   }
   SUBCASE("raw int32 output needs no scales") {
     auto a = w8a8();
-    a.c_type = fc::dtype::i32;
+    a.c_type = frugal::element_type::i32;
     a.scale_a = a.scale_b = nullptr;
-    CHECK(code(a) == fc::status_code::success);
+    CHECK(code(a) == frugal::cuda_errc::success);
   }
   SUBCASE("misaligned pointers and leading dimensions") {
     auto a = w8a8();
     a.a = a8 + 8;
-    CHECK(code(a) == fc::status_code::misaligned_operand);
+    CHECK(code(a) == frugal::cuda_errc::misaligned_operand);
     CHECK(message(a).find("16-byte aligned") != std::string::npos);
     a = w8a8();
     a.ldb = 72;
-    CHECK(code(a) == fc::status_code::misaligned_operand);
+    CHECK(code(a) == frugal::cuda_errc::misaligned_operand);
     CHECK(message(a).find("ldb (72)") != std::string::npos);
     a = w8a8();
     a.c = out + 1;
-    CHECK(code(a) == fc::status_code::misaligned_operand);
+    CHECK(code(a) == frugal::cuda_errc::misaligned_operand);
     a = w8a8();
     a.lda = 48;
-    CHECK(code(a) == fc::status_code::invalid_problem);
+    CHECK(code(a) == frugal::cuda_errc::invalid_problem);
     a = w8a8();
     a.ldc = 31;
-    CHECK(code(a) == fc::status_code::invalid_problem);
+    CHECK(code(a) == frugal::cuda_errc::invalid_problem);
   }
   SUBCASE("unsupported output type") {
     auto a = w8a8();
-    a.c_type = fc::dtype::i8;
-    CHECK(code(a) == fc::status_code::unsupported_type);
+    a.c_type = frugal::element_type::i8;
+    CHECK(code(a) == frugal::cuda_errc::unsupported_type);
     CHECK(message(a).find("i8") != std::string::npos);
   }
   SUBCASE("architecture") {
-    CHECK(code(w8a8(), turing) == fc::status_code::unsupported_arch);
+    CHECK(code(w8a8(), turing) == frugal::cuda_errc::unsupported_arch);
     CHECK(message(w8a8(), turing).find("sm_75") != std::string::npos);
   }
 }
@@ -187,81 +187,81 @@ TEST_CASE("mma.sync GEMMs: small M or too few large tiles pick the 32x64 tile, u
   SUBCASE("the wgmma kernel is opt-in and needs sm_90a") {
     auto w = w8a8();
     w.tile = fc::gemm_tile::wgmma_sm90;
-    CHECK(code(w, hopper) == fc::status_code::success);
-    CHECK(code(w, ampere) == fc::status_code::unsupported_arch);
+    CHECK(code(w, hopper) == frugal::cuda_errc::success);
+    CHECK(code(w, ampere) == frugal::cuda_errc::unsupported_arch);
     CHECK(message(w, ampere).find("sm_80") != std::string::npos);
-    CHECK(code(w, fc::device_info{10, 0, 148}) == fc::status_code::unsupported_arch);
+    CHECK(code(w, fc::device_info{10, 0, 148}) == frugal::cuda_errc::unsupported_arch);
     auto g = f16();
     g.tile = fc::gemm_tile::wgmma_sm90;
-    CHECK(code(g, hopper) == fc::status_code::success);
-    CHECK(code(g, ampere) == fc::status_code::unsupported_arch);
+    CHECK(code(g, hopper) == frugal::cuda_errc::success);
+    CHECK(code(g, ampere) == frugal::cuda_errc::unsupported_arch);
     CHECK(fc::selected_tile(w8a8(), hopper) != fc::gemm_tile::wgmma_sm90);
   }
 }
 
 TEST_CASE("gemm_f16: can_implement checks types, K and alignment") {
-  CHECK(code(f16()) == fc::status_code::success);
+  CHECK(code(f16()) == frugal::cuda_errc::success);
   auto a = f16();
-  a.ab_type = fc::dtype::i8;
-  CHECK(code(a) == fc::status_code::unsupported_type);
+  a.ab_type = frugal::element_type::i8;
+  CHECK(code(a) == frugal::cuda_errc::unsupported_type);
   a = f16();
-  a.c_type = fc::dtype::i32;
-  CHECK(code(a) == fc::status_code::unsupported_type);
+  a.c_type = frugal::element_type::i32;
+  CHECK(code(a) == frugal::cuda_errc::unsupported_type);
   a = f16();
   a.k = 60;
-  CHECK(code(a) == fc::status_code::invalid_k);
+  CHECK(code(a) == frugal::cuda_errc::invalid_k);
   a = f16();
   a.k = 56;
   a.lda = a.ldb = 56;
-  CHECK(code(a) == fc::status_code::success);
+  CHECK(code(a) == frugal::cuda_errc::success);
   a.lda = 60;
-  CHECK(code(a) == fc::status_code::misaligned_operand);
+  CHECK(code(a) == frugal::cuda_errc::misaligned_operand);
   a = f16();
   a.b = b8 + 2;
-  CHECK(code(a) == fc::status_code::misaligned_operand);
-  CHECK(code(f16(), turing) == fc::status_code::unsupported_arch);
+  CHECK(code(a) == frugal::cuda_errc::misaligned_operand);
+  CHECK(code(f16(), turing) == frugal::cuda_errc::unsupported_arch);
 }
 
 TEST_CASE("gemm_w8a16 and gemm_w4a16: can_implement checks groups, types and workspace") {
-  CHECK(code(w8a16()) == fc::status_code::success);
-  CHECK(code(w4a16()) == fc::status_code::success);
+  CHECK(code(w8a16()) == frugal::cuda_errc::success);
+  CHECK(code(w4a16()) == frugal::cuda_errc::success);
   SUBCASE("group size") {
     auto a = w4a16();
     a.group_size = 96;
-    CHECK(code(a) == fc::status_code::unsupported_group);
+    CHECK(code(a) == frugal::cuda_errc::unsupported_group);
     CHECK(message(a).find("96") != std::string::npos);
     a.group_size = 128;
     a.k = 192;
     a.ldx = 192;
     a.ldw = 96;
-    CHECK(code(a) == fc::status_code::unsupported_group);
+    CHECK(code(a) == frugal::cuda_errc::unsupported_group);
     a.group_size = 32;
-    CHECK(code(a) == fc::status_code::success);
+    CHECK(code(a) == frugal::cuda_errc::success);
   }
   SUBCASE("K, types and pointers") {
     auto a = w8a16();
     a.k = 40;
-    CHECK(code(a) == fc::status_code::invalid_k);
+    CHECK(code(a) == frugal::cuda_errc::invalid_k);
     a = w8a16();
     a.scale = nullptr;
-    CHECK(code(a) == fc::status_code::invalid_pointer);
+    CHECK(code(a) == frugal::cuda_errc::invalid_pointer);
     a = w8a16();
-    a.x_type = fc::dtype::f32;
-    CHECK(code(a) == fc::status_code::unsupported_type);
+    a.x_type = frugal::element_type::f32;
+    CHECK(code(a) == frugal::cuda_errc::unsupported_type);
     a = w8a16();
-    a.c_type = fc::dtype::bf16;  // activations are f16
-    CHECK(code(a) == fc::status_code::unsupported_type);
-    a.c_type = fc::dtype::f32;
-    CHECK(code(a) == fc::status_code::success);
+    a.c_type = frugal::element_type::bf16;  // activations are f16
+    CHECK(code(a) == frugal::cuda_errc::unsupported_type);
+    a.c_type = frugal::element_type::f32;
+    CHECK(code(a) == frugal::cuda_errc::success);
     auto b = w4a16();
     b.ldw = 32;  // smaller than K/2
-    CHECK(code(b) == fc::status_code::invalid_problem);
+    CHECK(code(b) == frugal::cuda_errc::invalid_problem);
     b = w4a16();
     b.ldw = 72;
-    CHECK(code(b) == fc::status_code::misaligned_operand);
+    CHECK(code(b) == frugal::cuda_errc::misaligned_operand);
     b = w4a16();
     b.split_k = -1;
-    CHECK(code(b) == fc::status_code::invalid_problem);
+    CHECK(code(b) == frugal::cuda_errc::invalid_problem);
   }
   SUBCASE("split-K needs a large enough workspace") {
     auto a = w8a16();
@@ -271,13 +271,13 @@ TEST_CASE("gemm_w8a16 and gemm_w4a16: can_implement checks groups, types and wor
     a.split_k = 4;
     CHECK(fc::resolved_split_k(a, hopper) == 4);
     CHECK(fc::get_workspace_size(a, hopper) == 4u * 1 * 64 * sizeof(float));
-    CHECK(code(a, hopper) == fc::status_code::workspace_too_small);
+    CHECK(code(a, hopper) == frugal::cuda_errc::workspace_too_small);
     alignas(16) static float ws[256];
     a.workspace = ws;
     a.workspace_bytes = sizeof ws;
-    CHECK(code(a, hopper) == fc::status_code::success);
+    CHECK(code(a, hopper) == frugal::cuda_errc::success);
     a.workspace_bytes = 100;
-    CHECK(code(a, hopper) == fc::status_code::workspace_too_small);
+    CHECK(code(a, hopper) == frugal::cuda_errc::workspace_too_small);
   }
   SUBCASE("automatic split-K fills the SMs and gives every warp work") {
     auto a = w4a16();
@@ -302,7 +302,7 @@ TEST_CASE("gemm_w8a16 and gemm_w4a16: can_implement checks groups, types and wor
     a.n = 1000;
     CHECK(fc::resolved_block_n(a) == 32);  // small N keeps more blocks
     a.block_n = 48;
-    CHECK(code(a) == fc::status_code::invalid_problem);
+    CHECK(code(a) == frugal::cuda_errc::invalid_problem);
     CHECK(message(a).find("block_n 48") != std::string::npos);
     auto b = w8a16();
     b.split_k = 100;
@@ -313,36 +313,36 @@ TEST_CASE("gemm_w8a16 and gemm_w4a16: can_implement checks groups, types and wor
 TEST_CASE("quantize_rows: can_implement checks types, K and the int8 output") {
   alignas(16) static float sc[4];
   fc::quantize_rows_arguments q{.m = 4, .k = 64, .x = a8, .ldx = 64, .q = b8, .ldq = 64, .scale = sc};
-  CHECK(code(q) == fc::status_code::success);
+  CHECK(code(q) == frugal::cuda_errc::success);
   auto r = q;
   r.k = 12;
-  CHECK(code(r) == fc::status_code::invalid_k);
+  CHECK(code(r) == frugal::cuda_errc::invalid_k);
   r = q;
-  r.x_type = fc::dtype::i8;
-  CHECK(code(r) == fc::status_code::unsupported_type);
+  r.x_type = frugal::element_type::i8;
+  CHECK(code(r) == frugal::cuda_errc::unsupported_type);
   r = q;
   r.ldq = 60;
-  CHECK(code(r) == fc::status_code::misaligned_operand);
+  CHECK(code(r) == frugal::cuda_errc::misaligned_operand);
   CHECK(message(r).find("multiple of 8") != std::string::npos);
   SUBCASE("ldq and q need 8, as documented and as the kernel's 8-byte stores need, not 16") {
     static_assert(fc::quantize_rows_q_align == 8);
     r = q;
     r.ldq = 72;  // a multiple of 8, not of 16
-    CHECK(code(r) == fc::status_code::success);
+    CHECK(code(r) == frugal::cuda_errc::success);
     r.q = b8 + 8;  // 8-byte aligned, not 16
-    CHECK(code(r) == fc::status_code::success);
+    CHECK(code(r) == frugal::cuda_errc::success);
     r.q = b8 + 4;
-    CHECK(code(r) == fc::status_code::misaligned_operand);
+    CHECK(code(r) == frugal::cuda_errc::misaligned_operand);
     r = q;
     r.ldq = 68;
-    CHECK(code(r) == fc::status_code::misaligned_operand);
+    CHECK(code(r) == frugal::cuda_errc::misaligned_operand);
   }
   r = q;
   r.scale = nullptr;
-  CHECK(code(r) == fc::status_code::invalid_pointer);
+  CHECK(code(r) == frugal::cuda_errc::invalid_pointer);
   r = q;
   r.m = 0;
-  CHECK(code(r) == fc::status_code::invalid_problem);
+  CHECK(code(r) == frugal::cuda_errc::invalid_problem);
 }
 
 TEST_CASE("cublaslt baselines: can_implement reflects what cuBLASLt supports") {
@@ -350,11 +350,11 @@ TEST_CASE("cublaslt baselines: can_implement reflects what cuBLASLt supports") {
   auto a = w8a8();
   a.k = 18;
   a.lda = a.ldb = 18;
-  CHECK(fc::cublaslt_gemm_w8a8::can_implement(a).code == fc::status_code::misaligned_operand);
+  CHECK(fc::cublaslt_gemm_w8a8::can_implement(a).code == frugal::cuda_errc::misaligned_operand);
   CHECK(static_cast<bool>(fc::cublaslt_gemm_f16::can_implement(f16())));
   auto f = f16();
   f.bias = scales;
-  CHECK(fc::cublaslt_gemm_f16::can_implement(f).code == fc::status_code::unsupported_type);
+  CHECK(fc::cublaslt_gemm_f16::can_implement(f).code == frugal::cuda_errc::unsupported_type);
 }
 
 TEST_CASE("pair stores: frugal's kernels and the cuBLASLt dequant judge C's alignment by one check") {
@@ -365,13 +365,13 @@ TEST_CASE("pair stores: frugal's kernels and the cuBLASLt dequant judge C's alig
   a.c = out + 2;
   CHECK_FALSE(fc::detail::pair_store_ok(a.c, a.ldc, a.c_type));
   CHECK_FALSE(fc::cublaslt_gemm_w8a8::epilogue(a).pair_store);
-  CHECK(code(a) == fc::status_code::success);  // still runnable, with single stores
+  CHECK(code(a) == frugal::cuda_errc::success);  // still runnable, with single stores
   CHECK(static_cast<bool>(fc::cublaslt_gemm_w8a8::can_implement(a)));
   a = w8a8();
   a.ldc = 33;
   CHECK_FALSE(fc::cublaslt_gemm_w8a8::epilogue(a).pair_store);
   a = w8a8();
-  a.c_type = fc::dtype::f32;
+  a.c_type = frugal::element_type::f32;
   a.c = out + 4;  // 4-byte aligned, not 8
   CHECK_FALSE(fc::cublaslt_gemm_w8a8::epilogue(a).pair_store);
   a.c = out + 8;
@@ -381,21 +381,21 @@ TEST_CASE("pair stores: frugal's kernels and the cuBLASLt dequant judge C's alig
 TEST_CASE("cublaslt baselines: can_implement refuses an output frugal's own check refuses") {
   auto a = w8a8();
   a.c = out + 1;  // not aligned to f16
-  CHECK(code(a) == fc::status_code::misaligned_operand);
-  CHECK(fc::cublaslt_gemm_w8a8::can_implement(a).code == fc::status_code::misaligned_operand);
+  CHECK(code(a) == frugal::cuda_errc::misaligned_operand);
+  CHECK(fc::cublaslt_gemm_w8a8::can_implement(a).code == frugal::cuda_errc::misaligned_operand);
   CHECK(fc::cublaslt_gemm_w8a8::can_implement(a).message.find("c is not aligned") != std::string::npos);
   a = w8a8();
   a.ldc = 31;  // smaller than N
-  CHECK(fc::cublaslt_gemm_w8a8::can_implement(a).code == fc::status_code::invalid_problem);
+  CHECK(fc::cublaslt_gemm_w8a8::can_implement(a).code == frugal::cuda_errc::invalid_problem);
   a = w8a8();
-  a.c_type = fc::dtype::i8;
-  CHECK(fc::cublaslt_gemm_w8a8::can_implement(a).code == fc::status_code::unsupported_type);
+  a.c_type = frugal::element_type::i8;
+  CHECK(fc::cublaslt_gemm_w8a8::can_implement(a).code == frugal::cuda_errc::unsupported_type);
   auto f = f16();
   f.c = out + 1;
-  CHECK(fc::cublaslt_gemm_f16::can_implement(f).code == fc::status_code::misaligned_operand);
+  CHECK(fc::cublaslt_gemm_f16::can_implement(f).code == frugal::cuda_errc::misaligned_operand);
   f = f16();
   f.ldc = 16;
-  CHECK(fc::cublaslt_gemm_f16::can_implement(f).code == fc::status_code::invalid_problem);
+  CHECK(fc::cublaslt_gemm_f16::can_implement(f).code == frugal::cuda_errc::invalid_problem);
 }
 
 TEST_CASE("dispatcher: the default table, and a forced backend wins when it can run") {
@@ -438,11 +438,11 @@ TEST_CASE("run and can_implement never abort without a device") {
     CHECK(dev.sm_count > 0);
     return;
   }
-  CHECK(fc::can_implement(w8a8()).code == fc::status_code::cuda_error);
+  CHECK(fc::can_implement(w8a8()).code == frugal::cuda_errc::cuda_error);
   const fc::status s = fc::run(w8a8());
-  CHECK(s.code == fc::status_code::cuda_error);
+  CHECK(s.code == frugal::cuda_errc::cuda_error);
   CHECK_FALSE(s.message.empty());
-  CHECK(fc::run(w4a16()).code == fc::status_code::cuda_error);
+  CHECK(fc::run(w4a16()).code == frugal::cuda_errc::cuda_error);
 }
 
 TEST_CASE("get_workspace_size: a failed device query is a status, not a silent 0 bytes" *
@@ -453,7 +453,7 @@ TEST_CASE("get_workspace_size: a failed device query is a status, not a silent 0
   a.split_k = 4;  // needs a workspace on any device
   std::size_t bytes = 12345;
   const fc::status s = fc::get_workspace_size(a, bytes);
-  CHECK(s.code == fc::status_code::cuda_error);
+  CHECK(s.code == frugal::cuda_errc::cuda_error);
   CHECK_FALSE(s.message.empty());
   CHECK(bytes == 0u);
   CHECK(fc::get_workspace_size(a, hopper) > 0u);  // the device_info overload needs no device
@@ -464,23 +464,23 @@ TEST_CASE("can_implement: gelu_erf, the host's exact GELU, is refused by name on
   const auto erf = activation_kind::gelu_erf;
   auto w = w8a8();
   w.act = erf;
-  CHECK(code(w) == fc::status_code::unsupported_activation);
+  CHECK(code(w) == frugal::cuda_errc::unsupported_activation);
   CHECK(message(w).find("gelu_erf") != std::string::npos);
-  CHECK(fc::cublaslt_gemm_w8a8::can_implement(w).code == fc::status_code::unsupported_activation);
-  w.c_type = fc::dtype::i32;  // raw accumulators: the epilogue, and so the activation, is not run
-  CHECK(code(w) == fc::status_code::success);
+  CHECK(fc::cublaslt_gemm_w8a8::can_implement(w).code == frugal::cuda_errc::unsupported_activation);
+  w.c_type = frugal::element_type::i32;  // raw accumulators: the epilogue, and so the activation, is not run
+  CHECK(code(w) == frugal::cuda_errc::success);
   auto f = f16();
   f.act = erf;
-  CHECK(code(f) == fc::status_code::unsupported_activation);
+  CHECK(code(f) == frugal::cuda_errc::unsupported_activation);
   auto w8 = w8a16();
   w8.act = erf;
-  CHECK(code(w8) == fc::status_code::unsupported_activation);
+  CHECK(code(w8) == frugal::cuda_errc::unsupported_activation);
   auto w4 = w4a16();
   w4.act = erf;
-  CHECK(code(w4) == fc::status_code::unsupported_activation);
+  CHECK(code(w4) == frugal::cuda_errc::unsupported_activation);
   for (const auto act : {activation_kind::none, activation_kind::relu, activation_kind::gelu}) {
     auto ok = w8a8();
     ok.act = act;
-    CHECK(code(ok) == fc::status_code::success);
+    CHECK(code(ok) == frugal::cuda_errc::success);
   }
 }

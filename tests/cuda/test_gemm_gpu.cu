@@ -80,14 +80,14 @@ double activate(double v, frugal::quant::activation_kind a) {
 }
 
 // Reads element (m, n) of a typed output buffer as double; NaN when the poison was left.
-double read_out(const std::vector<unsigned char>& c, fc::dtype t, std::size_t idx) {
+double read_out(const std::vector<unsigned char>& c, frugal::element_type t, std::size_t idx) {
   switch (t) {
-    case fc::dtype::f32: {
+    case frugal::element_type::f32: {
       float v;
       std::memcpy(&v, c.data() + 4 * idx, 4);
       return v;
     }
-    case fc::dtype::bf16: {
+    case frugal::element_type::bf16: {
       __nv_bfloat16 v;
       std::memcpy(&v, c.data() + 2 * idx, 2);
       return to_float(v);
@@ -100,9 +100,9 @@ double read_out(const std::vector<unsigned char>& c, fc::dtype t, std::size_t id
   }
 }
 // Half an ulp of the output type, relative.
-double rounding(fc::dtype t) {
-  if (t == fc::dtype::f32) return 0x1p-24;
-  if (t == fc::dtype::bf16) return 0x1p-9;
+double rounding(frugal::element_type t) {
+  if (t == frugal::element_type::f32) return 0x1p-24;
+  if (t == frugal::element_type::bf16) return 0x1p-9;
   return 0x1p-11;
 }
 
@@ -161,7 +161,7 @@ TEST_CASE("gemm_w8a8: int32 accumulators are bit-exact against the host and cuBL
                                  .ldb = s.k,
                                  .c = dc.data(),
                                  .ldc = s.n,
-                                 .c_type = fc::dtype::i32};
+                                 .c_type = frugal::element_type::i32};
     const fc::status st = fc::run(args);
     REQUIRE_MESSAGE(st, st.str());
     REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
@@ -210,25 +210,25 @@ TEST_CASE("gemm_w8a8: the fused epilogue matches the host within the output type
           FRUGAL_NEEDS_GPU) {
   struct epi_case {
     shape s;
-    fc::dtype out;
+    frugal::element_type out;
     frugal::quant::activation_kind act;
     bool bias, zero_point;
     int ldc_pad;
   };
   const epi_case cases[] = {
-      {{1, 8192, 1024}, fc::dtype::f16, frugal::quant::activation_kind::none, false, false, 0},
-      {{7, 1000, 1008}, fc::dtype::bf16, frugal::quant::activation_kind::relu, true, false, 8},
-      {{17, 520, 2048}, fc::dtype::f32, frugal::quant::activation_kind::gelu, true, true, 3},
-      {{128, 264, 512}, fc::dtype::f16, frugal::quant::activation_kind::gelu, true, true, 0},
-      {{1024, 1032, 2064}, fc::dtype::f16, frugal::quant::activation_kind::relu, true, false, 8},
-      {{4096, 4096, 4096}, fc::dtype::bf16, frugal::quant::activation_kind::none, true, true, 0},
+      {{1, 8192, 1024}, frugal::element_type::f16, frugal::quant::activation_kind::none, false, false, 0},
+      {{7, 1000, 1008}, frugal::element_type::bf16, frugal::quant::activation_kind::relu, true, false, 8},
+      {{17, 520, 2048}, frugal::element_type::f32, frugal::quant::activation_kind::gelu, true, true, 3},
+      {{128, 264, 512}, frugal::element_type::f16, frugal::quant::activation_kind::gelu, true, true, 0},
+      {{1024, 1032, 2064}, frugal::element_type::f16, frugal::quant::activation_kind::relu, true, false, 8},
+      {{4096, 4096, 4096}, frugal::element_type::bf16, frugal::quant::activation_kind::none, true, true, 0},
   };
   for (const epi_case& e : cases) {
     const shape s = e.s;
     CAPTURE(s.m);
     CAPTURE(s.n);
     CAPTURE(s.k);
-    CAPTURE(fc::to_string(e.out));
+    CAPTURE(frugal::to_string(e.out));
     CAPTURE(static_cast<int>(e.act));
     std::vector<std::int8_t> a(static_cast<std::size_t>(s.m) * s.k), b(static_cast<std::size_t>(s.n) * s.k);
     test_rng().fill_s8(a);
@@ -246,7 +246,7 @@ TEST_CASE("gemm_w8a8: the fused epilogue matches the host within the output type
     auto dsa = to_device(sa), dsb = to_device(sb), dbias = to_device(bias);
     auto dza = to_device(za), dcs = to_device(colsum);
     const int ldc = s.n + e.ldc_pad;
-    const std::size_t esz = fc::size_of(e.out);
+    const std::size_t esz = static_cast<std::size_t>(frugal::element_bits(e.out) / 8);
     fc::device_buffer<unsigned char> dc(static_cast<std::size_t>(s.m) * ldc * esz);
     dc.fill_bytes(0xFF);
     fc::gemm_w8a8_arguments args{.m = s.m,
@@ -327,7 +327,7 @@ TEST_CASE("quantize_rows and gemm_w8a8 run end to end from fp16 activations, bit
       dscale.fill_bytes(0xFF);
       fc::quantize_rows_arguments qa{.m = s.m,
                                      .k = s.k,
-                                     .x_type = bf16 ? fc::dtype::bf16 : fc::dtype::f16,
+                                     .x_type = bf16 ? frugal::element_type::bf16 : frugal::element_type::f16,
                                      .x = dx.data(),
                                      .ldx = s.k,
                                      .q = dq.data(),
@@ -377,7 +377,7 @@ TEST_CASE("quantize_rows and gemm_w8a8 run end to end from fp16 activations, bit
                                  .scale_b = dsw.data(),
                                  .c = dc.data(),
                                  .ldc = s.n,
-                                 .c_type = fc::dtype::f16};
+                                 .c_type = frugal::element_type::f16};
       const fc::status gs = fc::run(ga);
       REQUIRE_MESSAGE(gs, gs.str());
       REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
@@ -413,14 +413,15 @@ std::vector<T> random_half(std::size_t n, float lo, float hi, std::vector<float>
 }
 
 template <class T>
-void check_f16_gemm(shape s, fc::dtype out, bool epilogue, fc::cublaslt_context& lt,
+void check_f16_gemm(shape s, frugal::element_type out, bool epilogue, fc::cublaslt_context& lt,
                     fc::gemm_tile tile = fc::gemm_tile::automatic) {
-  constexpr fc::dtype ab = std::is_same_v<T, __half> ? fc::dtype::f16 : fc::dtype::bf16;
+  constexpr frugal::element_type ab =
+      std::is_same_v<T, __half> ? frugal::element_type::f16 : frugal::element_type::bf16;
   CAPTURE(s.m);
   CAPTURE(s.n);
   CAPTURE(s.k);
-  CAPTURE(fc::to_string(ab));
-  CAPTURE(fc::to_string(out));
+  CAPTURE(frugal::to_string(ab));
+  CAPTURE(frugal::to_string(out));
   CAPTURE(static_cast<int>(tile));
   std::vector<float> af, bf;
   auto a = random_half<T>(static_cast<std::size_t>(s.m) * s.k, -1.0f, 1.0f, af);
@@ -431,7 +432,7 @@ void check_f16_gemm(shape s, fc::dtype out, bool epilogue, fc::cublaslt_context&
   for (auto& v : bias) v = test_rng().uniform(-1.0f, 1.0f);
   auto da = to_device(a), db = to_device(b);
   auto dsa = to_device(sa), dsb = to_device(sb), dbias = to_device(bias);
-  const std::size_t esz = fc::size_of(out);
+  const std::size_t esz = static_cast<std::size_t>(frugal::element_bits(out) / 8);
   fc::device_buffer<unsigned char> dc(static_cast<std::size_t>(s.m) * s.n * esz);
   dc.fill_bytes(0xFF);
   fc::gemm_f16_arguments args{
@@ -504,24 +505,26 @@ void check_f16_gemm(shape s, fc::dtype out, bool epilogue, fc::cublaslt_context&
 TEST_CASE("gemm_f16: fp16 and bf16 match the host and cuBLASLt" * FRUGAL_NEEDS_GPU) {
   fc::cublaslt_context lt;
   REQUIRE(lt.initialize().str() == "success");
-  check_f16_gemm<__half>({1, 8192, 8192}, fc::dtype::f16, false, lt);
-  check_f16_gemm<__half>({3, 200, 72}, fc::dtype::f32, true, lt);
-  check_f16_gemm<__half>({17, 1000, 1000}, fc::dtype::f16, false, lt);
-  check_f16_gemm<__half>({128, 520, 4096}, fc::dtype::f16, true, lt, fc::gemm_tile::large);
-  check_f16_gemm<__half>({4096, 4096, 4096}, fc::dtype::f16, false, lt);
-  check_f16_gemm<__nv_bfloat16>({7, 4096, 4096}, fc::dtype::bf16, false, lt);
-  check_f16_gemm<__nv_bfloat16>({1024, 1032, 2056}, fc::dtype::f32, true, lt);
-  check_f16_gemm<__nv_bfloat16>({64, 64, 8192}, fc::dtype::bf16, false, lt);
-  check_f16_gemm<__nv_bfloat16>({300, 1000, 1024}, fc::dtype::bf16, false, lt, fc::gemm_tile::large);
-  check_f16_gemm<__half>({2048, 2048, 1024}, fc::dtype::f32, true, lt, fc::gemm_tile::small);
+  check_f16_gemm<__half>({1, 8192, 8192}, frugal::element_type::f16, false, lt);
+  check_f16_gemm<__half>({3, 200, 72}, frugal::element_type::f32, true, lt);
+  check_f16_gemm<__half>({17, 1000, 1000}, frugal::element_type::f16, false, lt);
+  check_f16_gemm<__half>({128, 520, 4096}, frugal::element_type::f16, true, lt, fc::gemm_tile::large);
+  check_f16_gemm<__half>({4096, 4096, 4096}, frugal::element_type::f16, false, lt);
+  check_f16_gemm<__nv_bfloat16>({7, 4096, 4096}, frugal::element_type::bf16, false, lt);
+  check_f16_gemm<__nv_bfloat16>({1024, 1032, 2056}, frugal::element_type::f32, true, lt);
+  check_f16_gemm<__nv_bfloat16>({64, 64, 8192}, frugal::element_type::bf16, false, lt);
+  check_f16_gemm<__nv_bfloat16>({300, 1000, 1024}, frugal::element_type::bf16, false, lt,
+                                fc::gemm_tile::large);
+  check_f16_gemm<__half>({2048, 2048, 1024}, frugal::element_type::f32, true, lt, fc::gemm_tile::small);
 }
 
 namespace {
 // Weight-only: the reference is float64 on the dequantised weights; the check is the relative error norm.
 template <class T>
-void check_weight_only(shape s, bool int4, int group, bool asym, int split_k, fc::dtype out,
+void check_weight_only(shape s, bool int4, int group, bool asym, int split_k, frugal::element_type out,
                        fc::cublaslt_context* lt, int block_n = 0) {
-  constexpr fc::dtype xt = std::is_same_v<T, __half> ? fc::dtype::f16 : fc::dtype::bf16;
+  constexpr frugal::element_type xt =
+      std::is_same_v<T, __half> ? frugal::element_type::f16 : frugal::element_type::bf16;
   CAPTURE(s.m);
   CAPTURE(s.n);
   CAPTURE(s.k);
@@ -530,7 +533,7 @@ void check_weight_only(shape s, bool int4, int group, bool asym, int split_k, fc
   CAPTURE(asym);
   CAPTURE(split_k);
   CAPTURE(block_n);
-  CAPTURE(fc::to_string(xt));
+  CAPTURE(frugal::to_string(xt));
   std::vector<float> xf;
   auto x = random_half<T>(static_cast<std::size_t>(s.m) * s.k, -1.0f, 1.0f, xf);
   std::vector<float> wd(static_cast<std::size_t>(s.n) * s.k);  // dequantised
@@ -574,7 +577,7 @@ void check_weight_only(shape s, bool int4, int group, bool asym, int split_k, fc
     dzp = to_device(zp);
     dscale4 = to_device(sc);
   }
-  const std::size_t esz = fc::size_of(out);
+  const std::size_t esz = static_cast<std::size_t>(frugal::element_bits(out) / 8);
   fc::device_buffer<unsigned char> dc(static_cast<std::size_t>(s.m) * s.n * esz);
   dc.fill_bytes(0xFF);
   fc::status st;
@@ -656,14 +659,14 @@ void check_weight_only(shape s, bool int4, int group, bool asym, int split_k, fc
   fc::gemm_f16_arguments la{.m = s.m,
                             .n = s.n,
                             .k = s.k,
-                            .ab_type = fc::dtype::f16,
+                            .ab_type = frugal::element_type::f16,
                             .a = dx.data(),
                             .lda = s.k,
                             .b = dwh.data(),
                             .ldb = s.k,
                             .c = dl.data(),
                             .ldc = s.n,
-                            .c_type = fc::dtype::f32};
+                            .c_type = frugal::element_type::f32};
   fc::cublaslt_gemm_f16 base;
   if (auto is = base.initialize(*lt, la); !is) {
     MESSAGE("cuBLASLt declines: " << is.str());
@@ -687,27 +690,29 @@ TEST_CASE("gemm_w8a16: within 1e-2 relative error of the dequantised reference, 
           FRUGAL_NEEDS_GPU) {
   fc::cublaslt_context lt;
   REQUIRE(lt.initialize().str() == "success");
-  check_weight_only<__half>({1, 8192, 8192}, false, 0, false, 0, fc::dtype::f16, &lt);
-  check_weight_only<__half>({2, 200, 208}, false, 0, false, 1, fc::dtype::f32, &lt);
-  check_weight_only<__half>({7, 1000, 1008}, false, 0, false, 3, fc::dtype::f16, nullptr, 64);
-  check_weight_only<__half>({16, 4096, 14336}, false, 0, false, 0, fc::dtype::f16, &lt);
-  check_weight_only<__half>({17, 520, 4096}, false, 0, false, 0, fc::dtype::f16, nullptr);
-  check_weight_only<__nv_bfloat16>({3, 4096, 4096}, false, 0, false, 0, fc::dtype::bf16, nullptr, 32);
-  check_weight_only<__nv_bfloat16>({64, 264, 1024}, false, 0, false, 2, fc::dtype::f32, nullptr);
+  check_weight_only<__half>({1, 8192, 8192}, false, 0, false, 0, frugal::element_type::f16, &lt);
+  check_weight_only<__half>({2, 200, 208}, false, 0, false, 1, frugal::element_type::f32, &lt);
+  check_weight_only<__half>({7, 1000, 1008}, false, 0, false, 3, frugal::element_type::f16, nullptr, 64);
+  check_weight_only<__half>({16, 4096, 14336}, false, 0, false, 0, frugal::element_type::f16, &lt);
+  check_weight_only<__half>({17, 520, 4096}, false, 0, false, 0, frugal::element_type::f16, nullptr);
+  check_weight_only<__nv_bfloat16>({3, 4096, 4096}, false, 0, false, 0, frugal::element_type::bf16, nullptr,
+                                   32);
+  check_weight_only<__nv_bfloat16>({64, 264, 1024}, false, 0, false, 2, frugal::element_type::f32, nullptr);
 }
 
 TEST_CASE("gemm_w4a16: symmetric and asymmetric groups, within 1e-2 relative error, and of cuBLASLt fp16" *
           FRUGAL_NEEDS_GPU) {
   fc::cublaslt_context lt;
   REQUIRE(lt.initialize().str() == "success");
-  check_weight_only<__half>({1, 8192, 8192}, true, 128, false, 0, fc::dtype::f16, &lt);
-  check_weight_only<__half>({1, 4096, 14336}, true, 64, true, 0, fc::dtype::f16, &lt);
-  check_weight_only<__half>({2, 200, 256}, true, 32, false, 1, fc::dtype::f32, nullptr);
-  check_weight_only<__half>({7, 1000, 1024}, true, 64, false, 5, fc::dtype::f16, nullptr, 64);
-  check_weight_only<__half>({16, 4096, 4096}, true, 128, true, 0, fc::dtype::f16, &lt);
-  check_weight_only<__half>({17, 520, 2048}, true, 128, false, 0, fc::dtype::f32, nullptr);
-  check_weight_only<__nv_bfloat16>({3, 4096, 4096}, true, 128, false, 0, fc::dtype::bf16, nullptr, 32);
-  check_weight_only<__nv_bfloat16>({128, 264, 1024}, true, 64, true, 2, fc::dtype::f32, nullptr);
+  check_weight_only<__half>({1, 8192, 8192}, true, 128, false, 0, frugal::element_type::f16, &lt);
+  check_weight_only<__half>({1, 4096, 14336}, true, 64, true, 0, frugal::element_type::f16, &lt);
+  check_weight_only<__half>({2, 200, 256}, true, 32, false, 1, frugal::element_type::f32, nullptr);
+  check_weight_only<__half>({7, 1000, 1024}, true, 64, false, 5, frugal::element_type::f16, nullptr, 64);
+  check_weight_only<__half>({16, 4096, 4096}, true, 128, true, 0, frugal::element_type::f16, &lt);
+  check_weight_only<__half>({17, 520, 2048}, true, 128, false, 0, frugal::element_type::f32, nullptr);
+  check_weight_only<__nv_bfloat16>({3, 4096, 4096}, true, 128, false, 0, frugal::element_type::bf16, nullptr,
+                                   32);
+  check_weight_only<__nv_bfloat16>({128, 264, 1024}, true, 64, true, 2, frugal::element_type::f32, nullptr);
 }
 
 TEST_CASE("dispatcher: both backends give the same W8A8 result and are counted" * FRUGAL_NEEDS_GPU) {
@@ -732,7 +737,7 @@ TEST_CASE("dispatcher: both backends give the same W8A8 result and are counted" 
                                .scale_b = dsb.data(),
                                .c = c1.data(),
                                .ldc = s.n,
-                               .c_type = fc::dtype::f32};
+                               .c_type = frugal::element_type::f32};
   fc::dispatcher ours({.force = fc::backend::frugal}), vendor({.force = fc::backend::cublaslt});
   REQUIRE(ours.run(args).str() == "success");
   args.c = c2.data();
@@ -759,11 +764,11 @@ TEST_CASE("run: unsupported problems are statuses on a real device, never launch
                                .ldb = 64,
                                .c = c.data(),
                                .ldc = 64,
-                               .c_type = fc::dtype::i32};
-  CHECK(fc::run(args).code == fc::status_code::invalid_k);
+                               .c_type = frugal::element_type::i32};
+  CHECK(fc::run(args).code == frugal::cuda_errc::invalid_k);
   args.k = 64;
   args.a = a.data() + 4;
-  CHECK(fc::run(args).code == fc::status_code::misaligned_operand);
+  CHECK(fc::run(args).code == frugal::cuda_errc::misaligned_operand);
   CHECK(cudaGetLastError() == cudaSuccess);
 }
 
@@ -776,7 +781,7 @@ TEST_CASE("gemm sm_90a wgmma kernel: bit-exact with the mma.sync kernel, fp16/bf
   if (!(dev.cc_major == 9 && dev.cc_minor == 0)) {
     MESSAGE("device is sm_" << dev.cc_major << dev.cc_minor << ": the wgmma kernel needs sm_90a");
     CHECK(fc::run(fc::gemm_w8a8_arguments{.tile = fc::gemm_tile::wgmma_sm90}).code !=
-          fc::status_code::success);
+          frugal::cuda_errc::success);
     return;
   }
   for (const shape s :
@@ -800,7 +805,7 @@ TEST_CASE("gemm sm_90a wgmma kernel: bit-exact with the mma.sync kernel, fp16/bf
                                  .ldb = s.k,
                                  .c = ref.data(),
                                  .ldc = s.n,
-                                 .c_type = fc::dtype::i32,
+                                 .c_type = frugal::element_type::i32,
                                  .tile = fc::gemm_tile::large};
     REQUIRE(fc::run(args).str() == "success");
     args.c = got.data();
@@ -814,7 +819,8 @@ TEST_CASE("gemm sm_90a wgmma kernel: bit-exact with the mma.sync kernel, fp16/bf
   }
   fc::cublaslt_context lt;
   REQUIRE(lt.initialize().str() == "success");
-  check_f16_gemm<__half>({4096, 4096, 4096}, fc::dtype::f16, false, lt, fc::gemm_tile::wgmma_sm90);
-  check_f16_gemm<__half>({17, 1000, 1000}, fc::dtype::f32, true, lt, fc::gemm_tile::wgmma_sm90);
-  check_f16_gemm<__nv_bfloat16>({300, 1000, 1024}, fc::dtype::bf16, false, lt, fc::gemm_tile::wgmma_sm90);
+  check_f16_gemm<__half>({4096, 4096, 4096}, frugal::element_type::f16, false, lt, fc::gemm_tile::wgmma_sm90);
+  check_f16_gemm<__half>({17, 1000, 1000}, frugal::element_type::f32, true, lt, fc::gemm_tile::wgmma_sm90);
+  check_f16_gemm<__nv_bfloat16>({300, 1000, 1024}, frugal::element_type::bf16, false, lt,
+                                fc::gemm_tile::wgmma_sm90);
 }

@@ -55,13 +55,13 @@ TEST_SUITE("weights-host") {
     CHECK(g.bias == floats + 64);
     CHECK(g.m == 5);  // the activation half is the caller's
     CHECK(g.a == a8);
-    CHECK(fc::can_implement(g, ampere).code == fc::status_code::success);
+    CHECK(fc::can_implement(g, ampere).code == frugal::cuda_errc::success);
   }
 
   TEST_CASE("make_w8a8_arguments: a field that disagrees with the shape is refused by name") {
     std::mt19937 rng(8);
     const fc::w8a8_weight_pointers p{.data = a8, .scales = floats};
-    auto check_refused = [&](const fq::quantized_weights& w, fc::status_code code, const char* what) {
+    auto check_refused = [&](const fq::quantized_weights& w, frugal::cuda_errc code, const char* what) {
       fc::gemm_w8a8_arguments g;
       const fc::status s = fc::make_w8a8_arguments(w, p, g);
       CHECK(s.code == code);
@@ -70,17 +70,17 @@ TEST_SUITE("weights-host") {
     };
     auto w = int8_weights(16, 32, rng);
     w.scales.pop_back();
-    check_refused(w, fc::status_code::invalid_problem, "weights.scales");
+    check_refused(w, frugal::cuda_errc::invalid_problem, "weights.scales");
     w = int8_weights(16, 32, rng);
     w.data.resize(15 * 32);
-    check_refused(w, fc::status_code::invalid_problem, "weights.data");
+    check_refused(w, frugal::cuda_errc::invalid_problem, "weights.data");
     w = int8_weights(16, 32, rng);
     w.col_sums.resize(3);
-    check_refused(w, fc::status_code::invalid_problem, "weights.col_sums");
-    check_refused(fq::quantized_weights{}, fc::status_code::invalid_problem, "weights.rows");
+    check_refused(w, frugal::cuda_errc::invalid_problem, "weights.col_sums");
+    check_refused(fq::quantized_weights{}, frugal::cuda_errc::invalid_problem, "weights.rows");
     fc::gemm_w8a8_arguments g;
     CHECK(fc::make_w8a8_arguments(int8_weights(16, 32, rng), {.data = a8}, g).code ==
-          fc::status_code::invalid_pointer);
+          frugal::cuda_errc::invalid_pointer);
   }
 
   TEST_CASE("make_w4a16_arguments: int4_weights' fields land where gemm_w4a16 reads them") {
@@ -100,7 +100,7 @@ TEST_SUITE("weights-host") {
       CHECK(g.w == p.packed);
       CHECK(g.scale == p.scales);
       CHECK(g.zero_point == (symmetric ? nullptr : p.zero_points));
-      CHECK(fc::can_implement(g, ampere).code == fc::status_code::success);
+      CHECK(fc::can_implement(g, ampere).code == frugal::cuda_errc::success);
     }
   }
 
@@ -110,15 +110,15 @@ TEST_SUITE("weights-host") {
                                       .scales = reinterpret_cast<const __half*>(floats)};
     fc::gemm_w4a16_arguments g;
     CHECK(fc::make_w4a16_arguments(int4_weights(32, 256, false, rng), p, g).code ==
-          fc::status_code::invalid_pointer);
+          frugal::cuda_errc::invalid_pointer);
     auto w = int4_weights(32, 256, true, rng);
     w.scales.pop_back();
     const fc::status s = fc::make_w4a16_arguments(w, p, g);
-    CHECK(s.code == fc::status_code::invalid_problem);
+    CHECK(s.code == frugal::cuda_errc::invalid_problem);
     CHECK(s.message.find("weights.scales") != std::string::npos);
     w = int4_weights(32, 256, true, rng);
     w.group_size = 96;
-    CHECK(fc::make_w4a16_arguments(w, p, g).code == fc::status_code::unsupported_group);
+    CHECK(fc::make_w4a16_arguments(w, p, g).code == frugal::cuda_errc::unsupported_group);
   }
 }
 
@@ -150,7 +150,7 @@ TEST_CASE("upload: W8A8 weights from the host toolkit give the host GEMM's resul
   g.scale_a = dsa.data();
   g.c = dc.data();
   g.ldc = static_cast<int>(n);
-  g.c_type = fc::dtype::f32;
+  g.c_type = frugal::element_type::f32;
   REQUIRE(static_cast<bool>(fc::run(g)));
   std::vector<float> got(m * n);
   dc.download(got.data(), m * n);
@@ -183,7 +183,7 @@ TEST_CASE("upload: int4 weights from the host toolkit give the host weight-only 
     g.ldx = static_cast<int>(k);
     g.c = dc.data();
     g.ldc = static_cast<int>(n);
-    g.c_type = fc::dtype::f32;
+    g.c_type = frugal::element_type::f32;
     g.split_k = 1;
     REQUIRE(static_cast<bool>(fc::run(g)));
     std::vector<float> got(m * n);

@@ -157,7 +157,7 @@ void replicas(FuzzedDataProvider& fdp) {
 void right_size(FuzzedDataProvider& fdp) {
   fc::right_size_request r;
   r.parameters_billions = extreme_double(fdp);
-  r.weights = static_cast<fc::precision>(fdp.ConsumeIntegralInRange<int>(0, 7));
+  r.weights = static_cast<frugal::element_type>(fdp.ConsumeIntegralInRange<int>(0, 16));
   r.headroom = extreme_double(fdp);
   r.required_throughput = extreme_double(fdp);
   r.max_gpus = extreme_int(fdp);
@@ -167,7 +167,7 @@ void right_size(FuzzedDataProvider& fdp) {
   bool nonfinite = !std::isfinite(r.parameters_billions) || !std::isfinite(r.headroom) ||
                    !std::isfinite(r.required_throughput);
   bool valid = r.parameters_billions > 0 && r.headroom >= 0 && r.required_throughput > 0 && r.max_gpus >= 1 &&
-               fc::bits_of(r.weights) != 0 && n > 0;
+               frugal::element_bits(r.weights) != 0 && n > 0;
   for (int i = 0; i < n; ++i) {
     fc::gpu_type g;
     g.name = "g" + std::to_string(i);

@@ -51,7 +51,7 @@ std::chrono::nanoseconds duration(FuzzedDataProvider& fdp) {
 bool in_range(std::chrono::nanoseconds d) { return d >= 0ns && d <= fc::max_record_duration; }
 
 // Calls f, which must throw from the ledger exactly when `bad`: std::invalid_argument for a bad value,
-// std::out_of_range for an unknown device or tag (both std::logic_error).
+// std::out_of_range for an unknown device or feature (both std::logic_error).
 template <class F>
 void expect(bool bad, const char* what, F&& f) {
   try {
@@ -168,18 +168,18 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
               : std::chrono::nanoseconds(fdp.ConsumeIntegralInRange<std::int64_t>(1'000'000, 60'000'000'000)),
   };
   fc::ledger<frugal::manual_clock> ledger(std::move(o), clock);
-  const fc::tag_id tags[] = {ledger.tag("chat"), ledger.tag("search")};
+  const fc::feature_id features[] = {ledger.feature("chat"), ledger.feature("search")};
   std::uint64_t want_requests = 0, want_batches = 0, want_loads = 0, want_escalations = 0;
   saved_figures saved;
   counters last = read(ledger.snapshot());
 
   for (int step = 0; step < 64 && fdp.remaining_bytes() > 0; ++step) {
-    const fc::tag_id tag = tags[fdp.ConsumeIntegralInRange<int>(0, 1)];
+    const fc::feature_id feature = features[fdp.ConsumeIntegralInRange<int>(0, 1)];
     const std::size_t device = fdp.ConsumeIntegralInRange<std::size_t>(0, 2);  // 2 is no device
     const bool bad_device = device >= 2;
     switch (fdp.ConsumeIntegralInRange<int>(0, 9)) {
       case 0: {
-        const fc::batch_record b{.tag = tag,
+        const fc::batch_record b{.feature = feature,
                                  .device = device,
                                  .busy = duration(fdp),
                                  .batch_size = fdp.ConsumeIntegral<std::uint32_t>(),
@@ -196,27 +196,27 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         const auto d = duration(fdp);
         const auto outcome = static_cast<fc::outcome>(fdp.ConsumeIntegralInRange<int>(0, fc::outcome_count));
         const bool bad = !in_range(d) || static_cast<std::size_t>(outcome) >= fc::outcome_count;
-        expect(bad, "record_request", [&] { ledger.record_request(tag, d, outcome); });
+        expect(bad, "record_request", [&] { ledger.record_request(feature, d, outcome); });
         want_requests += !bad;
         break;
       }
       case 2: {
         const auto d = duration(fdp);
-        expect(!in_range(d), "record_cache_hit", [&] { ledger.record_cache_hit(tag, d); });
+        expect(!in_range(d), "record_cache_hit", [&] { ledger.record_cache_hit(feature, d); });
         if (in_range(d)) saved.sum += d.count();
         break;
       }
       case 3:
-        ledger.record_cache_hit(tag);
+        ledger.record_cache_hit(feature);
         saved.estimated = true;
         break;
       case 4: {
         const auto d = duration(fdp);
         if (fdp.ConsumeBool()) {
-          expect(!in_range(d), "record_semantic_hit", [&] { ledger.record_semantic_hit(tag, d); });
+          expect(!in_range(d), "record_semantic_hit", [&] { ledger.record_semantic_hit(feature, d); });
           if (in_range(d)) saved.sum += d.count();
         } else {
-          expect(!in_range(d), "record_remote_hit", [&] { ledger.record_remote_hit(tag, d); });
+          expect(!in_range(d), "record_remote_hit", [&] { ledger.record_remote_hit(feature, d); });
           saved.estimated |= in_range(d);
         }
         break;
@@ -238,13 +238,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
             break;
           }
           case 1:
-            expect(!in_range(d), "record_escalation", [&] { ledger.record_escalation(tag, d); });
+            expect(!in_range(d), "record_escalation", [&] { ledger.record_escalation(feature, d); });
             want_escalations += in_range(d);
             break;
           default: {
             const auto spent = duration(fdp);
             expect(!in_range(d) || !in_range(spent), "record_cascade_answer",
-                   [&] { ledger.record_cascade_answer(tag, d, spent); });
+                   [&] { ledger.record_cascade_answer(feature, d, spent); });
           }
         }
         break;

@@ -31,9 +31,9 @@ struct range {
 };
 range ref_range(const q::scheme& s) {
   switch (s.type) {
-    case q::element_type::i8:
+    case frugal::element_type::i8:
       return {s.symmetric && s.narrow_range ? -127 : -128, 127};
-    case q::element_type::u8:
+    case frugal::element_type::u8:
       return {s.symmetric && s.narrow_range ? 1 : 0, 255};
     default:
       if (!s.symmetric) return {0, 15};
@@ -68,17 +68,18 @@ std::int32_t ref_quantize(float x, float scale, std::int32_t zp, range rg, q::ro
 
 // The stored integer at (r, c), decoded from the documented layout, not through quantized_tensor::value.
 std::int32_t stored(const q::quantized_tensor& t, std::size_t r, std::size_t c) {
-  if (t.scheme.type == q::element_type::i4) {
+  if (t.scheme.type == frugal::element_type::i4) {
     const std::uint8_t byte = t.data[r * ((t.cols + 1) / 2) + c / 2];
     const std::int32_t nib = (c % 2 == 0) ? (byte & 0xf) : (byte >> 4);
     return t.scheme.symmetric && nib >= 8 ? nib - 16 : nib;
   }
   const std::uint8_t byte = t.data[r * t.cols + c];
-  return t.scheme.type == q::element_type::i8 ? static_cast<std::int8_t>(byte) : byte;
+  return t.scheme.type == frugal::element_type::i8 ? static_cast<std::int8_t>(byte) : byte;
 }
 
 bool scheme_ok(const q::scheme& s, std::size_t cols) {
-  if (s.type != q::element_type::i8 && s.type != q::element_type::u8 && s.type != q::element_type::i4)
+  if (s.type != frugal::element_type::i8 && s.type != frugal::element_type::u8 &&
+      s.type != frugal::element_type::i4)
     return false;
   if (s.granularity == q::granularity::per_channel && s.axis != 0 && s.axis != 1) return false;
   if (s.granularity == q::granularity::per_group &&
@@ -98,7 +99,7 @@ void check_tensor(const q::quantized_tensor& t, const std::vector<float>& x, con
                   std::size_t rows, std::size_t cols) {
   const range rg = ref_range(s);
   const std::size_t np = ref_param_count(s, rows, cols);
-  const std::size_t row_bytes = s.type == q::element_type::i4 ? (cols + 1) / 2 : cols;
+  const std::size_t row_bytes = s.type == frugal::element_type::i4 ? (cols + 1) / 2 : cols;
   if (t.rows != rows || t.cols != cols) fail("shape changed");
   if (t.data.size() != rows * row_bytes)
     fail("data size", 0, double(t.data.size()), double(rows * row_bytes));
@@ -155,7 +156,7 @@ void check_minmax(const q::quantized_tensor& t, const std::vector<float>& x, con
     } else if (want > 1e-30 && want < 1e37 && std::abs(got - want) > 1e-5 * want) {
       fail("min-max scale", p, got, want);
     }
-    if (s.symmetric && t.zero_points[p] != (s.type == q::element_type::u8 ? 128 : 0))
+    if (s.symmetric && t.zero_points[p] != (s.type == frugal::element_type::u8 ? 128 : 0))
       fail("symmetric zero point", p, t.zero_points[p]);
   }
   for (std::size_t r = 0; r < rows; ++r)
@@ -186,8 +187,9 @@ float take_float(FuzzedDataProvider& fdp) {
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* bytes, std::size_t size) {
   FuzzedDataProvider fdp(bytes, size);
   q::scheme s;
-  constexpr q::element_type types[] = {q::element_type::i8, q::element_type::u8, q::element_type::i4,
-                                       q::element_type::f32, q::element_type::f16};
+  constexpr frugal::element_type types[] = {frugal::element_type::i8, frugal::element_type::u8,
+                                            frugal::element_type::i4, frugal::element_type::f32,
+                                            frugal::element_type::f16};
   s.type = types[fdp.ConsumeIntegralInRange<int>(0, 4)];
   s.granularity = static_cast<q::granularity>(fdp.ConsumeIntegralInRange<int>(0, 2));
   s.axis = fdp.ConsumeIntegralInRange<int>(-1, 2);
@@ -269,9 +271,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* bytes, std::size_t siz
       t.scheme = s;
       t.rows = rows;
       t.cols = cols;
-      t.data = fdp.ConsumeBytes<std::uint8_t>(rows * (s.type == q::element_type::i4 ? (cols + 1) / 2 : cols));
-      t.data.resize(rows * (s.type == q::element_type::i4 ? (cols + 1) / 2 : cols));
-      if (s.type == q::element_type::i4 && cols % 2 == 1)
+      t.data =
+          fdp.ConsumeBytes<std::uint8_t>(rows * (s.type == frugal::element_type::i4 ? (cols + 1) / 2 : cols));
+      t.data.resize(rows * (s.type == frugal::element_type::i4 ? (cols + 1) / 2 : cols));
+      if (s.type == frugal::element_type::i4 && cols % 2 == 1)
         for (std::size_t r = 0; r < rows; ++r) t.data[r * ((cols + 1) / 2) + cols / 2] &= 0x0f;
       const range rg = ref_range(s);
       for (std::size_t i = 0; i < ref_param_count(s, rows, cols); ++i) {

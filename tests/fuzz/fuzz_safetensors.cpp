@@ -16,7 +16,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* bytes, std::size_t siz
       if (t.data.data() < img.data() || t.data.data() + t.data.size() > img.data() + img.size()) std::abort();
       std::size_t n = 1;
       for (std::size_t d : t.shape) n *= d;
-      if (n * st::dtype_size(t.type) != t.data.size()) std::abort();
+      if (n * static_cast<std::size_t>(frugal::element_bits(t.type) / 8) != t.data.size()) std::abort();
       try {
         const auto v = f.floats(name, t.shape);
         if (v.size() != n) std::abort();

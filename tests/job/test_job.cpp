@@ -49,14 +49,14 @@ std::string expected_output(int n) {
 }
 
 template <class F>
-job::errc code_of(F f) {
+job_errc code_of(F f) {
   try {
     f();
   } catch (const job::error& e) {
     return e.code();
   }
   FAIL("no job::error thrown");
-  return job::errc::invalid_options;
+  return job_errc::invalid_options;
 }
 
 template <class F>
@@ -110,7 +110,7 @@ TEST_CASE(
   SUBCASE("truncated") { job_test::spit(d / "checkpoint.json", good.substr(0, good.size() / 2)); }
   SUBCASE("empty") { job_test::spit(d / "checkpoint.json", ""); }
   SUBCASE("another format") { job_test::spit(d / "checkpoint.json", R"({"format":"x","checksum":"0"})"); }
-  CHECK(code_of([&] { job::read_checkpoint(d.path.string()); }) == job::errc::checkpoint_corrupt);
+  CHECK(code_of([&] { job::read_checkpoint(d.path.string()); }) == job_errc::checkpoint_corrupt);
 }
 
 TEST_CASE("job checkpoint: another job's or another input's checkpoint is refused as a mismatch") {
@@ -118,10 +118,10 @@ TEST_CASE("job checkpoint: another job's or another input's checkpoint is refuse
   CHECK_NOTHROW(job::check_checkpoint_matches(c, "embed", {10, 20}, "d"));
   CHECK(code_of([&] {
           job::check_checkpoint_matches(c, "other", {10, 20}, "d");
-        }) == job::errc::checkpoint_mismatch);
+        }) == job_errc::checkpoint_mismatch);
   CHECK(code_of([&] {
           job::check_checkpoint_matches(c, "embed", {11, 20}, "d");
-        }) == job::errc::checkpoint_mismatch);
+        }) == job_errc::checkpoint_mismatch);
   CHECK(what_of([&] {
           job::check_checkpoint_matches(c, "embed", {10, 21}, "d");
         }).find("another input") != std::string::npos);
@@ -141,7 +141,7 @@ TEST_CASE("job runner: results in input order, one per valid record, malformed r
                                  "\n"
                                  R"({"id":"last","x":5})");  // no final newline
   job::runner r(opts(d, 2, 1), doubler);
-  CHECK(r.run() == job::outcome::completed);
+  CHECK(r.run() == job::run_result::completed);
   CHECK(job_test::slurp(d / "out.jsonl") ==
         "{\"id\":\"a\",\"result\":2}\n{\"id\":7,\"result\":8}\n{\"id\":\"last\",\"result\":10}\n");
   const std::string errors = job_test::slurp(d / "out.jsonl.errors");
@@ -160,6 +160,16 @@ TEST_CASE("job runner: results in input order, one per valid record, malformed r
   CHECK(c->input_offset == c->input.size);
 }
 
+TEST_CASE("job errors: each job_errc has a short name") {
+  CHECK(std::string(to_string(job_errc::io)) == "io");
+  CHECK(std::string(to_string(job_errc::checkpoint_corrupt)) == "checkpoint_corrupt");
+  CHECK(std::string(to_string(job_errc::checkpoint_mismatch)) == "checkpoint_mismatch");
+  CHECK(std::string(to_string(job_errc::bad_record)) == "bad_record");
+  CHECK(std::string(to_string(job_errc::batch_failed)) == "batch_failed");
+  CHECK(std::string(to_string(job_errc::invalid_options)) == "invalid_options");
+  CHECK(std::string(to_string(static_cast<job_errc>(99))) == "unknown");
+}
+
 TEST_CASE("job runner: with stop_on_bad_record the first malformed record stops the job, naming its line") {
   temp_dir d;
   job_test::spit(d / "in.jsonl", corpus(3) + "{oops\n" + corpus(2));
@@ -168,7 +178,7 @@ TEST_CASE("job runner: with stop_on_bad_record the first malformed record stops 
   job::runner r(o, doubler);
   const std::string what = what_of([&] { r.run(); });
   CHECK(what.find(d / "in.jsonl" + ":4: ") != std::string::npos);
-  CHECK(code_of([&] { job::runner(o, doubler).run(); }) == job::errc::bad_record);
+  CHECK(code_of([&] { job::runner(o, doubler).run(); }) == job_errc::bad_record);
 }
 
 TEST_CASE(
@@ -182,7 +192,7 @@ TEST_CASE(
     return doubler(b);
   });
   self = &first;
-  CHECK(first.run() == job::outcome::preempted);
+  CHECK(first.run() == job::run_result::preempted);
   CHECK(first.stats().stop_requests == 1);
   const auto c = job::read_checkpoint(d / "ckpt");
   REQUIRE(c);
@@ -195,7 +205,7 @@ TEST_CASE(
                                     "\n"
                                     R"({"id":"r13","res)");
   job::runner second(opts(d, 4, 1000), doubler);
-  CHECK(second.run() == job::outcome::completed);
+  CHECK(second.run() == job::run_result::completed);
   CHECK(job_test::slurp(d / "out.jsonl") == expected_output(50));
   const job::stats s = second.stats();
   CHECK(s.resumed);
@@ -208,7 +218,7 @@ TEST_CASE(
     FAIL("a finished job ran a batch");
     return {};
   });
-  CHECK(third.run() == job::outcome::completed);
+  CHECK(third.run() == job::run_result::completed);
   CHECK(job_test::slurp(d / "out.jsonl") == expected_output(50));
 }
 
@@ -219,7 +229,7 @@ TEST_CASE(
   job::runner(opts(d), doubler).run();
   SUBCASE("the input changed") {
     job_test::append(d / "in.jsonl", corpus(1));
-    CHECK(code_of([&] { job::runner(opts(d), doubler).run(); }) == job::errc::checkpoint_mismatch);
+    CHECK(code_of([&] { job::runner(opts(d), doubler).run(); }) == job_errc::checkpoint_mismatch);
   }
   SUBCASE("another job") {
     auto o = opts(d);
@@ -242,13 +252,13 @@ TEST_CASE("job runner: a failed write stops the job with the path and errno, and
     job::runner(o, doubler).run();
     FAIL("no error");
   } catch (const job::error& e) {
-    CHECK(e.code() == job::errc::io);
+    CHECK(e.code() == job_errc::io);
     CHECK(e.sys_errno() == ENOSPC);
     CHECK(std::string(e.what()).find("No space left on device") != std::string::npos);
     CHECK(job::exit_code(e.code()) == 74);
   }
   job::runner again(opts(d, 4, 4), doubler);
-  CHECK(again.run() == job::outcome::completed);
+  CHECK(again.run() == job::run_result::completed);
   CHECK(again.stats().resumed);
   CHECK(job_test::slurp(d / "out.jsonl") == expected_output(40));
 }
@@ -265,7 +275,7 @@ TEST_CASE("job runner: a batch function that throws or miscounts fails the job w
           job::runner(opts(d), [](std::span<const job::record>) {
             return std::vector<nlohmann::json>(1);
           }).run();
-        }) == job::errc::batch_failed);
+        }) == job_errc::batch_failed);
 }
 
 TEST_CASE(
@@ -282,7 +292,7 @@ TEST_CASE(
         return doubler(b);
       },
       clock);
-  CHECK(r.run() == job::outcome::completed);
+  CHECK(r.run() == job::run_result::completed);
   CHECK(r.stats().batches == 10);
   CHECK(r.stats().checkpoints == 5 + 1);  // after batches 2, 4, 6, 8, 10, and the final one
 }
@@ -301,7 +311,7 @@ TEST_CASE(
     threads.push_back(std::this_thread::get_id());
     return doubler(b);
   });
-  CHECK(r.run() == job::outcome::completed);
+  CHECK(r.run() == job::run_result::completed);
   CHECK(sizes == std::vector<std::size_t>{4, 4, 3});
   for (const auto& t : threads) CHECK(t != std::this_thread::get_id());
   CHECK(r.stats().batches == 3);
@@ -321,15 +331,15 @@ TEST_CASE("job runner: invalid options are refused at construction, and a second
   temp_dir d;
   auto o = opts(d);
   o.batch_size = 0;
-  CHECK(code_of([&] { job::runner(o, doubler); }) == job::errc::invalid_options);
+  CHECK(code_of([&] { job::runner(o, doubler); }) == job_errc::invalid_options);
   o = opts(d);
   o.output = o.input;
-  CHECK(code_of([&] { job::runner(o, doubler); }) == job::errc::invalid_options);
-  CHECK(code_of([&] { job::runner(opts(d), nullptr); }) == job::errc::invalid_options);
+  CHECK(code_of([&] { job::runner(o, doubler); }) == job_errc::invalid_options);
+  CHECK(code_of([&] { job::runner(opts(d), nullptr); }) == job_errc::invalid_options);
   job_test::spit(d / "in.jsonl", corpus(2));
   job::runner once(opts(d), doubler);
-  CHECK(once.run() == job::outcome::completed);
-  CHECK(code_of([&] { once.run(); }) == job::errc::invalid_options);
+  CHECK(once.run() == job::run_result::completed);
+  CHECK(code_of([&] { once.run(); }) == job_errc::invalid_options);
 }
 
 TEST_CASE("job failover: N preemptions within the window recommend on-demand, older ones do not count") {

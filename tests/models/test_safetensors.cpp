@@ -59,7 +59,7 @@ TEST_CASE("safetensors: a well-formed image gives each tensor's dtype, shape and
   st::file f(img, "test.safetensors");
   CHECK(f.tensors().size() == 2);
   CHECK(f.metadata()["format"] == "pt");
-  CHECK(f.get("a").type == st::dtype::f32);
+  CHECK(f.get("a").type == frugal::element_type::f32);
   CHECK(f.get("a").shape == std::vector<std::size_t>{2, 2});
   CHECK(f.floats("a", {2, 2}) == std::vector<float>{1.0f, -2.0f, 3.5f, 0.25f});
   CHECK(f.floats("b", {2}) == std::vector<float>{1.5f, -4.0f});
@@ -88,6 +88,14 @@ TEST_CASE(
   CHECK(has(shape, "'a' has shape [2, 2], expected [4]"));
   const std::string type = msg([&] { (void)f.floats("i", {1}); });
   CHECK(has(type, "'i' has dtype I32"));
+}
+
+TEST_CASE("safetensors: type_name gives the format's names, and ? for a type it does not store") {
+  CHECK(std::string(st::type_name(frugal::element_type::f32)) == "F32");
+  CHECK(std::string(st::type_name(frugal::element_type::bf16)) == "BF16");
+  CHECK(std::string(st::type_name(frugal::element_type::boolean)) == "BOOL");
+  CHECK(std::string(st::type_name(frugal::element_type::u64)) == "U64");
+  CHECK(std::string(st::type_name(frugal::element_type::i4)) == "?");
 }
 
 TEST_CASE("safetensors: truncated files are errors, never reads past the end") {

@@ -122,6 +122,23 @@ std::string error_of(F&& f) {
 
 }  // namespace
 
+TEST_CASE("element_type: bits per element and lower-case names") {
+  using frugal::element_type;
+  CHECK(frugal::element_bits(element_type::i4) == 4);
+  CHECK(frugal::element_bits(element_type::boolean) == 8);
+  CHECK(frugal::element_bits(element_type::f8_e4m3) == 8);
+  CHECK(frugal::element_bits(element_type::bf16) == 16);
+  CHECK(frugal::element_bits(element_type::u32) == 32);
+  CHECK(frugal::element_bits(element_type::f64) == 64);
+  CHECK(frugal::element_bits(static_cast<element_type>(99)) == 0);
+  CHECK(std::string(frugal::to_string(element_type::f32)) == "f32");
+  CHECK(std::string(frugal::to_string(element_type::u8)) == "u8");
+  CHECK(std::string(frugal::to_string(element_type::i4)) == "i4");
+  CHECK(std::string(frugal::to_string(element_type::f8_e4m3)) == "f8_e4m3");
+  CHECK(std::string(frugal::to_string(static_cast<element_type>(99))) == "?");
+  static_assert(frugal::element_bits(element_type::f16) == 16, "usable in constant expressions");
+}
+
 TEST_CASE("quant: fp16 decodes all 65,536 bit patterns exactly, on every path") {
   std::vector<q::half> all(65536);
   for (std::uint32_t b = 0; b < 65536; ++b) all[b] = q::half::from_bits(static_cast<std::uint16_t>(b));
@@ -274,16 +291,16 @@ TEST_CASE("quant: quantize follows the ONNX formulas on hand-checked edge cases"
     q::scheme full = sym;
     full.narrow_range = false;
     CHECK(quant1({1000.0f, -1000.0f, -127.6f}, full, 1.0f, 0) == std::vector<int>{127, -128, -128});
-    const q::scheme u8{.type = q::element_type::u8, .symmetric = false};
+    const q::scheme u8{.type = frugal::element_type::u8, .symmetric = false};
     CHECK(quant1({-200.0f, 0.0f, 1.0f, 500.0f}, u8, 1.0f, 128) == std::vector<int>{0, 128, 129, 255});
   }
   SUBCASE("int4 limits -8..7, narrow -7..7, asymmetric 0..15") {
-    const q::scheme i4{.type = q::element_type::i4, .narrow_range = false};
+    const q::scheme i4{.type = frugal::element_type::i4, .narrow_range = false};
     CHECK(quant1({-100.0f, -8.0f, -7.5f, 7.0f, 7.5f, 100.0f}, i4, 1.0f, 0) ==
           std::vector<int>{-8, -8, -8, 7, 7, 7});
-    const q::scheme i4n{.type = q::element_type::i4};
+    const q::scheme i4n{.type = frugal::element_type::i4};
     CHECK(quant1({-100.0f, 100.0f}, i4n, 1.0f, 0) == std::vector<int>{-7, 7});
-    const q::scheme i4a{.type = q::element_type::i4, .symmetric = false};
+    const q::scheme i4a{.type = frugal::element_type::i4, .symmetric = false};
     CHECK(quant1({-100.0f, 0.0f, 100.0f}, i4a, 1.0f, 3) == std::vector<int>{0, 3, 15});
   }
   SUBCASE("the range is widened to include zero, so zero is exact") {
@@ -301,7 +318,7 @@ TEST_CASE("quant: quantize follows the ONNX formulas on hand-checked edge cases"
     CHECK(z3 == 0);
   }
   SUBCASE("dequantize is (q - zero_point) * scale exactly") {
-    const q::scheme asym{.type = q::element_type::u8, .symmetric = false};
+    const q::scheme asym{.type = frugal::element_type::u8, .symmetric = false};
     std::vector<float> x = {-1.0f, -0.3f, 0.0f, 0.77f, 2.0f};
     const auto t = q::quantize(x, 1, x.size(), asym);
     std::vector<float> back(x.size());
@@ -321,7 +338,8 @@ TEST_CASE("quant: every SIMD path quantizes and dequantizes bit for bit like the
   for (auto& v : x) v = nd(rng);
   for (std::size_t i = 0; i < x.size(); i += 5)
     x[i] = std::nearbyint(x[i] * 4) / 4 + 0.5f;  // exact halves at scale 1
-  for (q::element_type t : {q::element_type::i8, q::element_type::u8, q::element_type::i4})
+  for (frugal::element_type t :
+       {frugal::element_type::i8, frugal::element_type::u8, frugal::element_type::i4})
     for (bool symmetric : {true, false})
       for (auto rounding : {q::rounding_mode::half_to_even, q::rounding_mode::half_away_from_zero}) {
         std::vector<q::scheme> schemes = {{.type = t, .symmetric = symmetric, .rounding = rounding},
@@ -380,8 +398,8 @@ TEST_CASE("quant: per-channel and per-group error is lower than per-tensor on ou
   CHECK(channel < tensor / 4);
   CHECK(group < tensor / 4);
   const double i4_group =
-      err({.type = q::element_type::i4, .granularity = q::granularity::per_group, .group_size = 32});
-  const double i4_tensor = err({.type = q::element_type::i4});
+      err({.type = frugal::element_type::i4, .granularity = q::granularity::per_group, .group_size = 32});
+  const double i4_tensor = err({.type = frugal::element_type::i4});
   CHECK(i4_group < i4_tensor);
   CHECK(q::sqnr_db(w, q::fake_quantize(w, {.granularity = q::granularity::per_channel})) > 35.0);
 }
@@ -410,7 +428,7 @@ TEST_CASE("quant: bad input fails with an error that names what and where") {
   }
   SUBCASE("a zero point outside the range") {
     const q::scheme u8{
-        .type = q::element_type::u8, .granularity = q::granularity::per_channel, .symmetric = false};
+        .type = frugal::element_type::u8, .granularity = q::granularity::per_channel, .symmetric = false};
     const std::string e = error_of([&] {
       q::quantize(x, 2, 3, u8, q::quant_params{{1.0f, 1.0f}, {0, 256}});
     });
@@ -437,7 +455,7 @@ TEST_CASE("quant: bad input fails with an error that names what and where") {
     x[3] = std::nanf("");
     for (auto path : float_paths()) {
       q::scheme s{
-          .type = q::element_type::u8, .symmetric = false, .nonfinite = q::nonfinite_policy::saturate};
+          .type = frugal::element_type::u8, .symmetric = false, .nonfinite = q::nonfinite_policy::saturate};
       const auto t = q::quantize(x, 1, 6, s, path);
       CHECK(t.value(0, 1) == 255);
       CHECK(t.value(0, 2) == 0);
@@ -448,7 +466,7 @@ TEST_CASE("quant: bad input fails with an error that names what and where") {
   }
   SUBCASE("the wrong element type, axis or data size") {
     CHECK(error_of([&] {
-            q::quantize(x, 2, 3, q::scheme{.type = q::element_type::f16});
+            q::quantize(x, 2, 3, q::scheme{.type = frugal::element_type::f16});
           }).find("scheme.type") != std::string::npos);
     CHECK(error_of([&] {
             q::quantize(x, 2, 3, q::scheme{.granularity = q::granularity::per_channel, .axis = 2});

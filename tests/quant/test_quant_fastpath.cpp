@@ -177,7 +177,7 @@ TEST_CASE("quant fast path: min-max and absmax ranges give the portable paramete
       CHECK(mr.lo == pr.lo);
       CHECK(mr.hi == pr.hi);
       for (bool symmetric : {false, true})
-        for (auto t : {q::element_type::i8, q::element_type::u8, q::element_type::i4}) {
+        for (auto t : {frugal::element_type::i8, frugal::element_type::u8, frugal::element_type::i4}) {
           const q::scheme s{.type = t, .symmetric = symmetric};
           const qd::run_range rr = qd::range_run(lv, s, x.data(), n);
           CHECK(rr.first_nonfinite == n);
@@ -209,7 +209,8 @@ TEST_CASE("quant fast path: whole tensors quantize alike on every path, per grou
   const std::size_t rows = 7, cols = 384;
   std::vector<float> x = hard_data(rows * cols, 0.05f, 0, rng);
   for (std::size_t i = 0; i < x.size(); i += 3) x[i] = std::normal_distribution<float>(0.0f, 1.0f)(rng);
-  for (q::element_type t : {q::element_type::i8, q::element_type::u8, q::element_type::i4})
+  for (frugal::element_type t :
+       {frugal::element_type::i8, frugal::element_type::u8, frugal::element_type::i4})
     for (bool symmetric : {true, false})
       for (auto g : {q::granularity::per_tensor, q::granularity::per_channel, q::granularity::per_group}) {
         const q::scheme s{.type = t,
@@ -244,7 +245,7 @@ TEST_CASE(
   for (int G : {32, 64, 128})
     for (bool symmetric : {true, false}) {
       const auto w4 = q::quantize_int4(w, rows, cols, {.group_size = G, .symmetric = symmetric});
-      const q::scheme s{.type = q::element_type::i4, .symmetric = symmetric};
+      const q::scheme s{.type = frugal::element_type::i4, .symmetric = symmetric};
       for (std::size_t r = 0; r < rows; ++r)
         for (std::size_t c = 0; c < cols; ++c) {
           const std::size_t g = r * (cols / static_cast<std::size_t>(G)) + c / static_cast<std::size_t>(G);
@@ -260,12 +261,13 @@ TEST_CASE(
     "quant fast path: symmetric groups quantized one at a time equal the portable path, odd sizes too") {
   std::mt19937 rng(41);
   for (int g : {32, 48, 64, 96, 256})
-    for (q::element_type t : {q::element_type::i8, q::element_type::u8, q::element_type::i4})
+    for (frugal::element_type t :
+         {frugal::element_type::i8, frugal::element_type::u8, frugal::element_type::i4})
       for (bool narrow : {true, false})
         for (auto policy : {q::nonfinite_policy::error, q::nonfinite_policy::saturate})
           for (auto rounding : {q::rounding_mode::half_to_even, q::rounding_mode::half_away_from_zero}) {
             CAPTURE(g);
-            CAPTURE(q::to_string(t));
+            CAPTURE(frugal::to_string(t));
             CAPTURE(narrow);
             CAPTURE(static_cast<int>(rounding));
             const std::size_t rows = 6, cols = static_cast<std::size_t>(g) * 4;
@@ -299,9 +301,10 @@ TEST_CASE(
 TEST_CASE("quant fast path: exact ties of x / scale in symmetric groups round by the scheme's mode") {
   // Each group's max |x| is 31.75 (i8, u8: 31.75 / 127) or 1.75 (i4: 1.75 / 7), so every scale is 0.25
   // exactly and every (k + 0.5) * 0.25 is an exact tie of x / scale.
-  for (q::element_type t : {q::element_type::i8, q::element_type::u8, q::element_type::i4}) {
-    const float top = t == q::element_type::i4 ? 1.75f : 31.75f;
-    const int kmax = t == q::element_type::i4 ? 6 : 126;
+  for (frugal::element_type t :
+       {frugal::element_type::i8, frugal::element_type::u8, frugal::element_type::i4}) {
+    const float top = t == frugal::element_type::i4 ? 1.75f : 31.75f;
+    const int kmax = t == frugal::element_type::i4 ? 6 : 126;
     const std::size_t g = 64, rows = 3, cols = 4 * g;
     std::vector<float> x(rows * cols);
     for (std::size_t i = 0; i < x.size(); ++i) {
@@ -309,7 +312,7 @@ TEST_CASE("quant fast path: exact ties of x / scale in symmetric groups round by
       x[i] = i % g == 0 ? top : (static_cast<float>(k) + 0.5f) * 0.25f;
     }
     for (auto rounding : {q::rounding_mode::half_to_even, q::rounding_mode::half_away_from_zero}) {
-      CAPTURE(q::to_string(t));
+      CAPTURE(frugal::to_string(t));
       CAPTURE(static_cast<int>(rounding));
       const q::scheme s{.type = t,
                         .granularity = q::granularity::per_group,
@@ -371,9 +374,9 @@ TEST_CASE("quant fast path: per-group quantize beyond 4 MiB (non-temporal stores
   for (std::size_t i = 0; i < x.size(); i += 2) x[i] = nd(rng);
   x[700 * cols + 129] = std::numeric_limits<float>::quiet_NaN();
   REQUIRE(rows * cols >= qd::stream_bytes);
-  for (q::element_type t : {q::element_type::i8, q::element_type::u8})
+  for (frugal::element_type t : {frugal::element_type::i8, frugal::element_type::u8})
     for (int g : {128, 64}) {
-      CAPTURE(q::to_string(t));
+      CAPTURE(frugal::to_string(t));
       CAPTURE(g);
       const q::scheme s{.type = t,
                         .granularity = q::granularity::per_group,

@@ -71,6 +71,15 @@ TEST_CASE("redis_tier: options that cannot work are refused, naming the field") 
                        std::invalid_argument);
 }
 
+TEST_CASE("redis errors: each redis_errc has a short name, none meaning no fault") {
+  CHECK(std::string(frugal::to_string(frugal::redis_errc::none)) == "none");
+  CHECK(std::string(frugal::to_string(frugal::redis_errc::skipped)) == "skipped");
+  CHECK(std::string(frugal::to_string(frugal::redis_errc::timeout)) == "timeout");
+  CHECK(std::string(frugal::to_string(frugal::redis_errc::connection)) == "connection");
+  CHECK(std::string(frugal::to_string(frugal::redis_errc::auth)) == "auth");
+  CHECK(std::string(frugal::to_string(static_cast<frugal::redis_errc>(99))) == "unknown");
+}
+
 TEST_CASE("redis codec: the header carries format, type and codec version, and any mismatch is refused") {
   struct pod {
     int a;
@@ -271,12 +280,13 @@ TEST_CASE(
   redis_server srv;
   frugal::manual_clock clock;
   frugal::cost::ledger<> ledger(ledger_opts());
-  const auto tag = ledger.tag("chat");
+  const auto feature = ledger.feature("chat");
   auto opts = at(srv);
   opts.breaker_failures = 2;
   opts.breaker_backoff = 100ms;
   opts.breaker_jitter = 0;
-  manual_tier t(manual_tier::options_type{.redis = opts, .local = {}, .ledger = &ledger, .tag = tag}, clock);
+  manual_tier t(manual_tier::options_type{.redis = opts, .local = {}, .ledger = &ledger, .feature = feature},
+                clock);
   int calls = 0;
   auto compute = [&](std::uint64_t id) {
     return t.get_or_compute(key_of(id), [&] {

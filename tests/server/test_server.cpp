@@ -171,8 +171,10 @@ std::string wait_metric(httplib::Client& c, const std::string& series, double wa
 
 }  // namespace
 
-TEST_CASE("server: /v1/embeddings answers in the OpenAI shape, equal to the encoder, and tags the feature" *
-          needs(model())) {
+TEST_CASE(
+    "server: /v1/embeddings answers in the OpenAI shape, equal to the encoder, and records it under its "
+    "feature" *
+    needs(model())) {
   server_proc s({});
   auto c = s.client();
   CHECK(c.Get("/healthz")->status == 200);

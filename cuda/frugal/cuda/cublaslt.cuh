@@ -12,11 +12,11 @@
 #include <cstdint>
 #include <string>
 
+#include "frugal/cuda/errors.cuh"
 #include "frugal/cuda/gemm/arguments.cuh"
 #include "frugal/cuda/gemm/device/checks.cuh"
 #include "frugal/cuda/gemm/kernel/epilogue.cuh"
 #include "frugal/cuda/memory.cuh"
-#include "frugal/cuda/status.cuh"
 #include "frugal/namespace.hpp"
 
 FRUGAL_BEGIN_NAMESPACE
@@ -25,21 +25,23 @@ namespace cuda {
 namespace detail {
 inline status cublas_status(cublasStatus_t s, const char* what) {
   if (s == CUBLAS_STATUS_SUCCESS) return status::ok();
-  return make_status(status_code::cublas_error, std::string(what) + ": " + cublasLtGetStatusString(s));
+  return make_status(cuda_errc::cublas_error, std::string(what) + ": " + cublasLtGetStatusString(s));
 }
 
-inline cudaDataType_t to_cuda_type(dtype t) {
+inline cudaDataType_t to_cuda_type(element_type t) {
   switch (t) {
-    case dtype::f32:
+    case element_type::f32:
       return CUDA_R_32F;
-    case dtype::f16:
+    case element_type::f16:
       return CUDA_R_16F;
-    case dtype::bf16:
+    case element_type::bf16:
       return CUDA_R_16BF;
-    case dtype::i8:
+    case element_type::i8:
       return CUDA_R_8I;
-    case dtype::i32:
+    case element_type::i32:
       return CUDA_R_32I;
+    default:
+      break;  // every caller's can_implement refuses the other types first
   }
   return CUDA_R_32F;
 }
@@ -104,8 +106,8 @@ class lt_matmul {
   lt_matmul& operator=(const lt_matmul&) = delete;
   ~lt_matmul() { release(); }
 
-  status initialize(const cublaslt_context& ctx, int m, int n, int k, dtype ab, int lda, int ldb, dtype c,
-                    int ldc, cublasComputeType_t compute, cudaDataType_t scale) {
+  status initialize(const cublaslt_context& ctx, int m, int n, int k, element_type ab, int lda, int ldb,
+                    element_type c, int ldc, cublasComputeType_t compute, cudaDataType_t scale) {
     release();
     ctx_ = &ctx;
     if (auto s = cublas_status(cublasLtMatmulDescCreate(&desc_, compute, scale), "cublasLtMatmulDescCreate");
@@ -137,8 +139,7 @@ class lt_matmul {
         cublasLtMatmulAlgoGetHeuristic(ctx.handle(), desc_, la_, lb_, lc_, lc_, pref, 1, &algo_, &found);
     (void)cublasLtMatmulPreferenceDestroy(pref);
     if (auto s = cublas_status(hs, "cublasLtMatmulAlgoGetHeuristic"); !s) return s;
-    if (found == 0)
-      return make_status(status_code::cublas_error, "cuBLASLt found no algorithm for this shape");
+    if (found == 0) return make_status(cuda_errc::cublas_error, "cuBLASLt found no algorithm for this shape");
     return status::ok();
   }
 
@@ -171,16 +172,16 @@ class cublaslt_gemm_f16 {
  public:
   /// @brief What this baseline supports: no per-row/column scales, bias or activation.
   static status can_implement(const gemm_f16_arguments& a) {
-    if (a.ab_type != dtype::f16 && a.ab_type != dtype::bf16)
-      return make_status(status_code::unsupported_type, "cublaslt_gemm_f16: input must be f16 or bf16");
-    if (a.c_type != a.ab_type && a.c_type != dtype::f32)
-      return make_status(status_code::unsupported_type,
+    if (a.ab_type != element_type::f16 && a.ab_type != element_type::bf16)
+      return make_status(cuda_errc::unsupported_type, "cublaslt_gemm_f16: input must be f16 or bf16");
+    if (a.c_type != a.ab_type && a.c_type != element_type::f32)
+      return make_status(cuda_errc::unsupported_type,
                          "cublaslt_gemm_f16: output must be f32 or the input type");
     if (a.scale_a || a.scale_b || a.bias || a.act != quant::activation_kind::none)
-      return make_status(status_code::unsupported_type, "cublaslt_gemm_f16: the baseline runs no epilogue");
+      return make_status(cuda_errc::unsupported_type, "cublaslt_gemm_f16: the baseline runs no epilogue");
     if (a.m <= 0 || a.n <= 0 || a.k <= 0)
-      return make_status(status_code::invalid_problem, "cublaslt_gemm_f16: M, N, K > 0");
-    if (!a.a || !a.b) return make_status(status_code::invalid_pointer, "cublaslt_gemm_f16: null operand");
+      return make_status(cuda_errc::invalid_problem, "cublaslt_gemm_f16: M, N, K > 0");
+    if (!a.a || !a.b) return make_status(cuda_errc::invalid_pointer, "cublaslt_gemm_f16: null operand");
     return detail::check_output("cublaslt_gemm_f16", a.c, a.ldc, a.n, a.c_type);
   }
   /// @brief Chooses the algorithm for the shape and types of `a`.
@@ -204,19 +205,20 @@ class cublaslt_gemm_w8a8 {
   /// @brief cuBLASLt's int8 path needs K, lda, ldb multiples of 4 (our own need 16 already).
   static status can_implement(const gemm_w8a8_arguments& a) {
     if (a.m <= 0 || a.n <= 0 || a.k <= 0)
-      return make_status(status_code::invalid_problem, "cublaslt_gemm_w8a8: M, N, K > 0");
+      return make_status(cuda_errc::invalid_problem, "cublaslt_gemm_w8a8: M, N, K > 0");
     if (!a.a || !a.b || !a.c)
-      return make_status(status_code::invalid_pointer, "cublaslt_gemm_w8a8: null operand");
+      return make_status(cuda_errc::invalid_pointer, "cublaslt_gemm_w8a8: null operand");
     if (a.k % 4 || a.lda % 4 || a.ldb % 4)
-      return make_status(status_code::misaligned_operand,
+      return make_status(cuda_errc::misaligned_operand,
                          "cublaslt_gemm_w8a8: K, lda and ldb must be multiples of 4");
-    if (a.c_type != dtype::i32 && (!a.scale_a || !a.scale_b))
-      return make_status(status_code::invalid_pointer, "cublaslt_gemm_w8a8: scales are null");
-    if (a.c_type != dtype::i32) {
+    if (a.c_type != element_type::i32 && (!a.scale_a || !a.scale_b))
+      return make_status(cuda_errc::invalid_pointer, "cublaslt_gemm_w8a8: scales are null");
+    if (a.c_type != element_type::i32) {
       if (auto s = detail::check_activation("cublaslt_gemm_w8a8", a.act); !s) return s;
     }
-    if (a.c_type != dtype::f32 && a.c_type != dtype::f16 && a.c_type != dtype::bf16 && a.c_type != dtype::i32)
-      return make_status(status_code::unsupported_type,
+    if (a.c_type != element_type::f32 && a.c_type != element_type::f16 && a.c_type != element_type::bf16 &&
+        a.c_type != element_type::i32)
+      return make_status(cuda_errc::unsupported_type,
                          "cublaslt_gemm_w8a8: output must be f32, f16, bf16 or i32");
     return detail::check_output("cublaslt_gemm_w8a8", a.c, a.ldc, a.n, a.c_type);
   }
@@ -231,9 +233,9 @@ class cublaslt_gemm_w8a8 {
     try {
       scratch_ = device_buffer<std::int32_t>(static_cast<std::size_t>(a.m) * ld_acc_);
     } catch (const std::exception& e) {
-      return make_status(status_code::cuda_error, e.what());
+      return make_status(cuda_errc::cuda_error, e.what());
     }
-    return mm_.initialize(ctx, a.m, a.n, a.k, dtype::i8, a.lda, a.ldb, dtype::i32, ld_acc_,
+    return mm_.initialize(ctx, a.m, a.n, a.k, element_type::i8, a.lda, a.ldb, element_type::i32, ld_acc_,
                           CUBLAS_COMPUTE_32I, CUDA_R_32I);
   }
   /// @brief The int8 GEMM alone (int32 into the scratch), for timing it apart from the dequant.
@@ -245,7 +247,7 @@ class cublaslt_gemm_w8a8 {
     if (auto s = run_gemm(a, stream); !s) return s;
     if (auto s = can_implement(a); !s) return s;
     const kernel::epilogue_params ep = epilogue(a);
-    if (a.c_type == dtype::i32) {
+    if (a.c_type == element_type::i32) {
       return cuda_status(cudaMemcpy2DAsync(a.c, a.ldc * sizeof(std::int32_t), scratch_.data(),
                                            ld_acc_ * sizeof(std::int32_t), a.n * sizeof(std::int32_t), a.m,
                                            cudaMemcpyDeviceToDevice, stream),

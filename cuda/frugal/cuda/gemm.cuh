@@ -5,7 +5,7 @@
 #include "frugal/cuda/cublaslt.cuh"
 #include "frugal/cuda/device.cuh"
 #include "frugal/cuda/dispatch.cuh"
+#include "frugal/cuda/errors.cuh"
 #include "frugal/cuda/gemm/arguments.cuh"
 #include "frugal/cuda/gemm/device/gemm.cuh"
 #include "frugal/cuda/memory.cuh"
-#include "frugal/cuda/status.cuh"

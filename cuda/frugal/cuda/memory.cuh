@@ -8,7 +8,7 @@
 #include <string>
 #include <utility>
 
-#include "frugal/cuda/status.cuh"
+#include "frugal/cuda/errors.cuh"
 #include "frugal/namespace.hpp"
 
 FRUGAL_BEGIN_NAMESPACE
@@ -28,15 +28,15 @@ inline status device_malloc(void** p, std::size_t n, std::size_t elem) {
   *p = nullptr;
   if (n == 0) return status::ok();
   if (n > std::numeric_limits<std::size_t>::max() / elem)
-    return make_status(status_code::invalid_problem, "frugal::cuda::device_buffer: " + std::to_string(n) +
-                                                         " elements of " + std::to_string(elem) +
-                                                         " bytes overflow size_t");
+    return make_status(cuda_errc::invalid_problem, "frugal::cuda::device_buffer: " + std::to_string(n) +
+                                                       " elements of " + std::to_string(elem) +
+                                                       " bytes overflow size_t");
   const std::size_t bytes = n * elem;
   const cudaError_t e = cudaMalloc(p, bytes);
   if (e == cudaSuccess) return status::ok();
   *p = nullptr;
   (void)cudaGetLastError();
-  return make_status(status_code::cuda_error,
+  return make_status(cuda_errc::cuda_error,
                      "frugal::cuda::device_buffer: cudaMalloc of " + std::to_string(bytes) + " bytes (" +
                          std::to_string(n) + " elements of " + std::to_string(elem) +
                          ") failed: " + cudaGetErrorName(e) + ": " + cudaGetErrorString(e));

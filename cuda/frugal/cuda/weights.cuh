@@ -15,10 +15,10 @@
 #include <span>
 #include <string>
 
+#include "frugal/cuda/errors.cuh"
 #include "frugal/cuda/gemm/arguments.cuh"
 #include "frugal/cuda/gemm/device/checks.cuh"
 #include "frugal/cuda/memory.cuh"
-#include "frugal/cuda/status.cuh"
 #include "frugal/namespace.hpp"
 
 // Eigen 3.4 itself trips nvcc's warning 20012 (__host__ on a defaulted function); it is not ours.
@@ -54,14 +54,14 @@ struct w4a16_weight_pointers {
 namespace detail {
 inline status check_dimension(const char* op, const char* name, std::size_t v) {
   if (v == 0 || v > static_cast<std::size_t>(std::numeric_limits<int>::max()))
-    return fail(status_code::invalid_problem, op,
+    return fail(cuda_errc::invalid_problem, op,
                 std::string(name) + " = " + std::to_string(v) + " is out of range (1 .. INT_MAX)");
   return status::ok();
 }
 
 inline status check_count(const char* op, const char* field, std::size_t got, std::size_t want) {
   if (got != want)
-    return fail(status_code::invalid_problem, op,
+    return fail(cuda_errc::invalid_problem, op,
                 std::string(field) + " holds " + std::to_string(got) + " elements, the shape needs " +
                     std::to_string(want));
   return status::ok();
@@ -87,8 +87,8 @@ inline status make_w8a8_arguments(const quant::quantized_weights& w, const w8a8_
                                   gemm_w8a8_arguments& out) {
   constexpr const char* op = "make_w8a8_arguments";
   if (auto s = detail::check_w8a8_weights(op, w); !s) return s;
-  if (p.data == nullptr) return detail::fail(status_code::invalid_pointer, op, "data is null");
-  if (p.scales == nullptr) return detail::fail(status_code::invalid_pointer, op, "scales is null");
+  if (p.data == nullptr) return detail::fail(cuda_errc::invalid_pointer, op, "data is null");
+  if (p.scales == nullptr) return detail::fail(cuda_errc::invalid_pointer, op, "scales is null");
   out.n = static_cast<int>(w.rows);
   out.k = static_cast<int>(w.cols);
   out.b = p.data;
@@ -104,7 +104,7 @@ inline status check_w4a16_weights(const char* op, const quant::int4_weights& w) 
   if (auto s = check_dimension(op, "weights.rows (N)", w.rows); !s) return s;
   if (auto s = check_dimension(op, "weights.cols (K)", w.cols); !s) return s;
   if (w.group_size <= 0 || w.cols % static_cast<std::size_t>(w.group_size) != 0 || w.cols % 2 != 0)
-    return fail(status_code::unsupported_group, op,
+    return fail(cuda_errc::unsupported_group, op,
                 "K (" + std::to_string(w.cols) + ") must be even and a multiple of group_size (" +
                     std::to_string(w.group_size) + ")");
   const std::size_t groups = w.rows * w.groups_per_row();
@@ -120,10 +120,10 @@ inline status make_w4a16_arguments(const quant::int4_weights& w, const w4a16_wei
                                    gemm_w4a16_arguments& out) {
   constexpr const char* op = "make_w4a16_arguments";
   if (auto s = detail::check_w4a16_weights(op, w); !s) return s;
-  if (p.packed == nullptr) return detail::fail(status_code::invalid_pointer, op, "packed is null");
-  if (p.scales == nullptr) return detail::fail(status_code::invalid_pointer, op, "scales is null");
+  if (p.packed == nullptr) return detail::fail(cuda_errc::invalid_pointer, op, "packed is null");
+  if (p.scales == nullptr) return detail::fail(cuda_errc::invalid_pointer, op, "scales is null");
   if (!w.symmetric && p.zero_points == nullptr)
-    return detail::fail(status_code::invalid_pointer, op, "asymmetric weights need zero_points");
+    return detail::fail(cuda_errc::invalid_pointer, op, "asymmetric weights need zero_points");
   out.n = static_cast<int>(w.rows);
   out.k = static_cast<int>(w.cols);
   out.w = p.packed;
@@ -179,7 +179,7 @@ inline status upload(const quant::quantized_weights& w, std::span<const float> b
   out = {};
   if (!bias.empty() && bias.size() != w.rows)
     return detail::fail(
-        status_code::invalid_problem, "upload",
+        cuda_errc::invalid_problem, "upload",
         "bias has " + std::to_string(bias.size()) + " entries for N = " + std::to_string(w.rows));
   if (auto s = detail::check_w8a8_weights("upload", w); !s) return s;  // before anything is allocated
   if (auto s = detail::upload_field<std::int8_t>(std::span(w.data), out.data, "cudaMemcpy(weights)"); !s)
@@ -204,7 +204,7 @@ inline status upload(const quant::int4_weights& w, std::span<const float> bias, 
   out = {};
   if (!bias.empty() && bias.size() != w.rows)
     return detail::fail(
-        status_code::invalid_problem, "upload",
+        cuda_errc::invalid_problem, "upload",
         "bias has " + std::to_string(bias.size()) + " entries for N = " + std::to_string(w.rows));
   static_assert(sizeof(quant::half) == sizeof(__half), "fp16 scales are copied bit for bit");
   if (auto s = detail::check_w4a16_weights("upload", w); !s) return s;

@@ -16,6 +16,7 @@
 #include "frugal/cost/money.hpp"
 #include "frugal/cost/snapshot.hpp"
 #include "frugal/detail/saturating.hpp"
+#include "frugal/element_type.hpp"
 #include "frugal/namespace.hpp"
 
 FRUGAL_BEGIN_NAMESPACE
@@ -122,22 +123,13 @@ inline replica_advice advise_replicas(const ledger_snapshot& s, const replica_po
                          idle ? s.wall : std::chrono::nanoseconds(0));
 }
 
-/// @brief Weight precision; its bits per parameter size the model's memory.
-enum class precision { fp32, fp16, bf16, fp8, int8, int4 };
-/// 0 for a value outside the enum.
-inline constexpr int bits_of(precision p) noexcept {
-  constexpr int bits[] = {32, 16, 16, 8, 8, 4};
-  const auto i = static_cast<unsigned>(p);
-  return i < std::size(bits) ? bits[i] : 0;
-}
-
 struct right_size_request {
   double parameters_billions = 0;
-  precision weights = precision::fp16;
-  double headroom = 0.20;            ///< extra memory over the weights, for KV cache and activations
-  double required_throughput = 1.0;  ///< in the catalog's relative units (A100 40GB = 1)
-  int max_gpus = 8;                  ///< most GPUs of one type in a deployment (tensor parallel)
-  bool spot = false;                 ///< price at spot where the catalog has a spot price
+  element_type weights = element_type::f16;  ///< its bits per parameter size the model's memory
+  double headroom = 0.20;                    ///< extra memory over the weights, for KV cache and activations
+  double required_throughput = 1.0;          ///< in the catalog's relative units (A100 40GB = 1)
+  int max_gpus = 8;                          ///< most GPUs of one type in a deployment (tensor parallel)
+  bool spot = false;                         ///< price at spot where the catalog has a spot price
 };
 
 struct right_size_candidate {
@@ -167,13 +159,14 @@ inline right_size_advice advise_right_size(const right_size_request& r,
     throw std::invalid_argument(std::string(who) + "request.headroom must be finite and >= 0");
   if (!(r.required_throughput > 0) || !std::isfinite(r.required_throughput))
     throw std::invalid_argument(std::string(who) + "request.required_throughput must be finite and > 0");
-  if (bits_of(r.weights) == 0)
-    throw std::invalid_argument(std::string(who) + "request.weights is not a precision");
+  if (element_bits(r.weights) == 0)
+    throw std::invalid_argument(std::string(who) + "request.weights " +
+                                std::to_string(static_cast<int>(r.weights)) + " is not an element_type");
   if (r.max_gpus < 1) throw std::invalid_argument(std::string(who) + "request.max_gpus must be >= 1");
   if (catalog.empty()) throw std::invalid_argument(std::string(who) + "the catalog is empty");
   right_size_advice a;
   // Finite inputs can still overflow to +Inf here (1e300 billion parameters): the counts below saturate.
-  const double bytes = r.parameters_billions * 1e9 * bits_of(r.weights) / 8.0 * (1 + r.headroom);
+  const double bytes = r.parameters_billions * 1e9 * element_bits(r.weights) / 8.0 * (1 + r.headroom);
   a.memory_needed_bytes = std::ceil(bytes) < 0x1p64 ? static_cast<std::uint64_t>(std::ceil(bytes))
                                                     : std::numeric_limits<std::uint64_t>::max();
   for (const gpu_type& g : catalog) {
@@ -389,7 +382,7 @@ inline batch_window_advice advise_batch_window(const batch_window_request& r) {
 inline batch_window_advice advise_batch_window(const ledger_snapshot& s, std::string_view feature,
                                                std::chrono::nanoseconds latency_target,
                                                std::uint32_t max_batch_limit = 256) {
-  const tag_figures* t = s.find(feature);
+  const feature_figures* t = s.find(feature);
   if (!t)
     throw std::invalid_argument("frugal::cost::advise_batch_window: no feature \"" + std::string(feature) +
                                 "\"");

@@ -82,84 +82,92 @@ inline void append_prometheus(prometheus_writer& out, const ledger_snapshot& s,
   std::string cur(s.cur.code());
   std::transform(cur.begin(), cur.end(), cur.begin(), [](unsigned char c) { return char(std::tolower(c)); });
   const std::string cost_total = "_cost_" + cur + "_total";
-  auto feature = [](const tag_figures& t) { return prometheus_labels{{"feature", t.name}}; };
+  auto feature = [](const feature_figures& t) { return prometheus_labels{{"feature", t.name}}; };
   auto device = [](const device_figures& d) {
     return prometheus_labels{{"device", d.name}, {"gpu_class", d.gpu_class}};
   };
 
   w.family("_requests_total", prometheus_type::counter, "Requests recorded, by feature and outcome.");
-  for (const auto& t : s.tags)
+  for (const auto& t : s.features)
     for (std::size_t o = 0; o < outcome_count; ++o)
       w.sample("_requests_total", {{"feature", t.name}, {"outcome", std::string(to_string(outcome(o)))}},
                std::to_string(t.by_outcome[o]));
   w.family("_gpu_busy_seconds_total", prometheus_type::counter, "GPU-busy time of batch runs, by feature.");
-  for (const auto& t : s.tags) w.sample("_gpu_busy_seconds_total", feature(t), seconds(t.busy));
+  for (const auto& t : s.features) w.sample("_gpu_busy_seconds_total", feature(t), seconds(t.busy));
   w.family(cost_total, prometheus_type::counter,
            "Busy cost plus shared idle cost, by feature, in " + cur + ".");
-  for (const auto& t : s.tags) w.sample(cost_total, feature(t), t.cost.to_decimal());
+  for (const auto& t : s.features) w.sample(cost_total, feature(t), t.cost.to_decimal());
   w.family("_cost_per_request_" + cur, prometheus_type::gauge,
            "Cost per request over the window, by feature.");
-  for (const auto& t : s.tags)
+  for (const auto& t : s.features)
     w.sample("_cost_per_request_" + cur, feature(t), t.cost_per_request.to_decimal());
   w.family("_batches_total", prometheus_type::counter, "Batch runs, by feature.");
-  for (const auto& t : s.tags) w.sample("_batches_total", feature(t), std::to_string(t.batches));
+  for (const auto& t : s.features) w.sample("_batches_total", feature(t), std::to_string(t.batches));
   w.family("_batch_items_total", prometheus_type::counter,
            "Requests run in batches (sum of batch sizes), by feature.");
-  for (const auto& t : s.tags) w.sample("_batch_items_total", feature(t), std::to_string(t.batched_items));
+  for (const auto& t : s.features)
+    w.sample("_batch_items_total", feature(t), std::to_string(t.batched_items));
   w.family("_batch_fill_ratio", prometheus_type::gauge, "Batched items over batch capacity, by feature.");
-  for (const auto& t : s.tags) w.sample("_batch_fill_ratio", feature(t), num(t.fill));
+  for (const auto& t : s.features) w.sample("_batch_fill_ratio", feature(t), num(t.fill));
   w.family("_tokens_total", prometheus_type::counter, "Tokens processed, by feature and direction.");
-  for (const auto& t : s.tags) {
+  for (const auto& t : s.features) {
     w.sample("_tokens_total", {{"feature", t.name}, {"direction", "in"}}, std::to_string(t.tokens_in));
     w.sample("_tokens_total", {{"feature", t.name}, {"direction", "out"}}, std::to_string(t.tokens_out));
   }
   w.family("_cache_hits_total", prometheus_type::counter, "Cache hits, by feature.");
-  for (const auto& t : s.tags) w.sample("_cache_hits_total", feature(t), std::to_string(t.cache_hits));
+  for (const auto& t : s.features) w.sample("_cache_hits_total", feature(t), std::to_string(t.cache_hits));
   w.family("_cache_hit_ratio", prometheus_type::gauge, "Cache hits over requests, by feature.");
-  for (const auto& t : s.tags) w.sample("_cache_hit_ratio", feature(t), num(t.cache_hit_ratio));
+  for (const auto& t : s.features) w.sample("_cache_hit_ratio", feature(t), num(t.cache_hit_ratio));
   w.family("_remote_hits_total", prometheus_type::counter,
            "Of the cache hits, those a shared tier (Redis) served, by feature.");
-  for (const auto& t : s.tags) w.sample("_remote_hits_total", feature(t), std::to_string(t.remote_hits));
+  for (const auto& t : s.features) w.sample("_remote_hits_total", feature(t), std::to_string(t.remote_hits));
   w.family("_remote_hit_seconds_total", prometheus_type::counter,
            "Summed latency of the shared tier's hits, by feature.");
-  for (const auto& t : s.tags) w.sample("_remote_hit_seconds_total", feature(t), seconds(t.remote_latency));
+  for (const auto& t : s.features)
+    w.sample("_remote_hit_seconds_total", feature(t), seconds(t.remote_latency));
   w.family("_remote_faults_total", prometheus_type::counter,
            "Shared-tier faults that fell back to the model, by feature.");
-  for (const auto& t : s.tags) w.sample("_remote_faults_total", feature(t), std::to_string(t.remote_faults));
+  for (const auto& t : s.features)
+    w.sample("_remote_faults_total", feature(t), std::to_string(t.remote_faults));
   w.family("_semantic_hits_total", prometheus_type::counter,
            "Of the cache hits, those a semantic cache answered from a similar input, by feature.");
-  for (const auto& t : s.tags) w.sample("_semantic_hits_total", feature(t), std::to_string(t.semantic_hits));
+  for (const auto& t : s.features)
+    w.sample("_semantic_hits_total", feature(t), std::to_string(t.semantic_hits));
   w.family("_semantic_saved_seconds", prometheus_type::gauge,
            "Of the GPU time the cache saved, what semantic hits saved (estimated), by feature.");
-  for (const auto& t : s.tags)
+  for (const auto& t : s.features)
     w.sample("_semantic_saved_seconds", feature(t), seconds(t.semantic_saved_time));
   w.family("_semantic_saved_" + cur, prometheus_type::gauge,
            "Of the money the cache saved, what semantic hits saved (estimated), by feature.");
-  for (const auto& t : s.tags) w.sample("_semantic_saved_" + cur, feature(t), t.semantic_saved.to_decimal());
+  for (const auto& t : s.features)
+    w.sample("_semantic_saved_" + cur, feature(t), t.semantic_saved.to_decimal());
   w.family("_cascade_escalations_total", prometheus_type::counter,
-           "Requests a cascade's tier passed on to the next tier, by feature (the tier's tag).");
-  for (const auto& t : s.tags)
+           "Requests a cascade's tier passed on to the next tier, by feature (each tier is one).");
+  for (const auto& t : s.features)
     w.sample("_cascade_escalations_total", feature(t), std::to_string(t.escalations));
   w.family("_cascade_saved_seconds", prometheus_type::gauge,
            "GPU time a cascade's tier saved against sending every request to the last tier (negative when "
            "escalations cost more), by feature.");
-  for (const auto& t : s.tags) w.sample("_cascade_saved_seconds", feature(t), seconds(t.cascade_saved_time));
+  for (const auto& t : s.features)
+    w.sample("_cascade_saved_seconds", feature(t), seconds(t.cascade_saved_time));
   w.family("_cascade_saved_" + cur, prometheus_type::gauge,
            "Money a cascade's tier saved against sending every request to the last tier, by feature.");
-  for (const auto& t : s.tags) w.sample("_cascade_saved_" + cur, feature(t), t.cascade_saved.to_decimal());
+  for (const auto& t : s.features)
+    w.sample("_cascade_saved_" + cur, feature(t), t.cascade_saved.to_decimal());
   w.family("_cache_saved_seconds", prometheus_type::gauge,
            "GPU time the cache saved (estimated), by feature.");
-  for (const auto& t : s.tags) w.sample("_cache_saved_seconds", feature(t), seconds(t.cache_saved_time));
+  for (const auto& t : s.features) w.sample("_cache_saved_seconds", feature(t), seconds(t.cache_saved_time));
   w.family("_cache_saved_" + cur, prometheus_type::gauge, "Money the cache saved (estimated), by feature.");
-  for (const auto& t : s.tags) w.sample("_cache_saved_" + cur, feature(t), t.cache_saved.to_decimal());
+  for (const auto& t : s.features) w.sample("_cache_saved_" + cur, feature(t), t.cache_saved.to_decimal());
   w.family(
       "_batching_saved_" + cur, prometheus_type::gauge,
       "Money batching saved against running each request alone, from the fitted a*n+b model, by feature.");
-  for (const auto& t : s.tags) w.sample("_batching_saved_" + cur, feature(t), t.batching_saved.to_decimal());
+  for (const auto& t : s.features)
+    w.sample("_batching_saved_" + cur, feature(t), t.batching_saved.to_decimal());
 
   w.family("_request_duration_seconds", prometheus_type::histogram,
            "End-to-end request latency, by feature.");
-  for (const auto& t : s.tags)
+  for (const auto& t : s.features)
     detail::prom_latency_histogram(w, "_request_duration_seconds", feature(t), t.latency_histogram);
 
   w.family("_gpu_hourly_cost_" + cur, prometheus_type::gauge,
@@ -242,7 +250,7 @@ inline std::string to_json(const ledger_snapshot& s) {
   using detail::num;
   auto m = [](money v) { return json_escape(v.to_decimal()); };
   auto sec = [](std::chrono::nanoseconds d) { return detail::seconds(d); };
-  auto tag = [&](const tag_figures& t) {
+  auto feature = [&](const feature_figures& t) {
     std::string o = "{\"name\":" + json_escape(t.name) + ",\"requests\":" + std::to_string(t.requests) +
                     ",\"outcomes\":{";
     for (std::size_t i = 0; i < outcome_count; ++i) {
@@ -287,11 +295,11 @@ inline std::string to_json(const ledger_snapshot& s) {
                   ",\"idle_cost\":" + m(s.idle_cost) + ",\"unallocated_idle\":" + m(s.unallocated_idle) +
                   ",\"utilization\":" + detail::json_num(s.utilization) +
                   ",\"idle_sharing\":" + json_escape(sharing[static_cast<int>(s.share)]) + ",\"features\":[";
-  for (std::size_t i = 0; i < s.tags.size(); ++i) {
+  for (std::size_t i = 0; i < s.features.size(); ++i) {
     if (i) o += ',';
-    o += tag(s.tags[i]);
+    o += feature(s.features[i]);
   }
-  o += "],\"total\":" + tag(s.total) + ",\"devices\":[";
+  o += "],\"total\":" + feature(s.total) + ",\"devices\":[";
   for (std::size_t i = 0; i < s.devices.size(); ++i) {
     const device_figures& d = s.devices[i];
     o += std::string(i ? "," : "") + "{\"name\":" + json_escape(d.name) +
@@ -337,7 +345,7 @@ inline std::string to_table(const ledger_snapshot& s) {
       {"cache saved", 13}, {"batch saved", 13}, {"p50 ms", 9}, {"p99 ms", 9}};
   for (std::size_t i = 0; i < cols.size(); ++i)
     o += pad(cols[i].first, cols[i].second, i == 0) + (i + 1 < cols.size() ? " " : "\n");
-  auto row = [&](const tag_figures& t) {
+  auto row = [&](const feature_figures& t) {
     const std::string cells[] = {t.name,
                                  std::to_string(t.requests),
                                  t.cost.to_string(),
@@ -353,7 +361,7 @@ inline std::string to_table(const ledger_snapshot& s) {
     for (std::size_t i = 0; i < cols.size(); ++i)
       o += pad(cells[i], cols[i].second, i == 0) + (i + 1 < cols.size() ? " " : "\n");
   };
-  for (const auto& t : s.tags) row(t);
+  for (const auto& t : s.features) row(t);
   row(s.total);
   o += "\n" + pad("device", 12, true) + " " + pad("class", 10) + " " + pad("billing", 9) + " " +
        pad("util", 7) + " " + pad("paid", 14) + " " + pad("busy", 14) + " " + pad("overhead", 14) + " " +

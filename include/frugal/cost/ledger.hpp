@@ -21,10 +21,10 @@
 FRUGAL_BEGIN_NAMESPACE
 namespace cost {
 
-/// @brief An interned feature tag; get one from ledger::tag().
-struct tag_id {
+/// @brief An interned feature; get one from ledger::feature().
+struct feature_id {
   std::uint32_t value = UINT32_MAX;
-  friend constexpr bool operator==(tag_id, tag_id) = default;
+  friend constexpr bool operator==(feature_id, feature_id) = default;
 };
 
 /// @brief The longest duration one record may carry (busy, latency, saved, load): a day. Longer ones are
@@ -37,15 +37,15 @@ struct ledger_options {
   std::vector<gpu_price> prices;
   /// The devices (or replicas) paid for from the ledger's start; a device id is an index here.
   std::vector<device_spec> devices;
-  /// Most distinct tags. Tags become Prometheus labels, so keep them a small set of feature names; raise this
-  /// only for a few more features, never for per-user or per-request values.
-  std::size_t max_tags = 32;
+  /// Most distinct features. Features become Prometheus labels, so keep them a small set of names such as
+  /// chat or search; raise this only for a few more features, never for per-user or per-request values.
+  std::size_t max_features = 32;
   /// What happens to idle cost; none reports it apart, as OpenCost does by default.
   idle_sharing share_idle = idle_sharing::none;
   /// Correction for coordinated omission: when a closed-loop client sends one request per interval, a latency
   /// of k intervals also records the k−1 requests it held back. Zero turns it off.
   std::chrono::nanoseconds expected_interval{0};
-  /// Latencies above this are counted at this value; it sizes the histograms (one hour: ~270 kB per tag).
+  /// Latencies above this are counted at this value; it sizes the histograms (one hour: ~270 kB per feature).
   std::chrono::nanoseconds latency_highest = std::chrono::hours(1);
   /// Alert thresholds, checked by snapshot().
   thresholds alerts{};
@@ -53,7 +53,7 @@ struct ledger_options {
 
 /// @brief One batch run on a device.
 struct batch_record {
-  tag_id tag;
+  feature_id feature;
   std::size_t device = 0;
   std::chrono::nanoseconds busy{0};  ///< GPU-busy time of the run
   std::uint32_t batch_size = 1;
@@ -132,11 +132,11 @@ inline thread_local const std::uint64_t thread_serial = serial_source.fetch_add(
 
 }  // namespace detail
 
-/// @brief A thread-safe record of GPU time and requests per feature tag, fed by the user's inference loop,
+/// @brief A thread-safe record of GPU time and requests per feature, fed by the user's inference loop,
 /// that says what each feature costs, what idle GPU-hours cost, and what batching and caching saved.
 ///
 /// Recording is lock-free and costs a few plain stores into a per-thread stripe (plus one relaxed atomic
-/// increment in the tag's latency histogram); snapshot() sums the stripes under a mutex. Each thread that
+/// increment in the feature's latency histogram); snapshot() sums the stripes under a mutex. Each thread that
 /// records gets its own stripe for the ledger's lifetime, so feed it from long-lived threads (a pool).
 /// Wall time from the ledger's start on `Clock` is what each device is paid for.
 template <class Clock = std::chrono::steady_clock>
@@ -150,8 +150,8 @@ class ledger {
       : options_(std::move(options)), clock_(std::move(clock)), id_(detail::serial_source.fetch_add(1)) {
     const char* who = "frugal::cost::ledger: options.";
     if (options_.devices.empty()) throw std::invalid_argument(std::string(who) + "devices must not be empty");
-    if (options_.max_tags == 0 || options_.max_tags > 4096)
-      throw std::invalid_argument(std::string(who) + "max_tags must be in 1..4096");
+    if (options_.max_features == 0 || options_.max_features > 4096)
+      throw std::invalid_argument(std::string(who) + "max_features must be in 1..4096");
     if (options_.expected_interval.count() < 0)
       throw std::invalid_argument(std::string(who) + "expected_interval must not be negative");
     if (options_.latency_highest < std::chrono::microseconds(3))
@@ -206,8 +206,8 @@ class ledger {
     cfg->cur = *cur;
     config_ = std::move(cfg);
     stride_ = detail::f_fixed_count + options_.devices.size();
-    counters_ = options_.max_tags * stride_ + options_.devices.size() * detail::d_field_count;
-    tags_ = std::make_unique<tag_slot[]>(options_.max_tags);
+    counters_ = options_.max_features * stride_ + options_.devices.size() * detail::d_field_count;
+    features_ = std::make_unique<feature_slot[]>(options_.max_features);
     devices_.resize(options_.devices.size());
     start_ = clock_.now();
   }
@@ -215,38 +215,40 @@ class ledger {
   ledger(const ledger&) = delete;
   ledger& operator=(const ledger&) = delete;
 
-  /// @brief The id of tag `name`, interning it on first use; throws std::length_error past options.max_tags.
-  tag_id tag(std::string_view name) {
-    if (name.empty()) throw std::invalid_argument("frugal::cost::ledger::tag: a tag name must not be empty");
+  /// @brief The id of feature `name`, interning it on first use; throws std::length_error past
+  /// options.max_features.
+  feature_id feature(std::string_view name) {
+    if (name.empty())
+      throw std::invalid_argument("frugal::cost::ledger::feature: a feature name must not be empty");
     if (!detail::printable_utf8(name))
       throw std::invalid_argument(
-          "frugal::cost::ledger::tag: a tag name must be valid UTF-8 without control characters");
+          "frugal::cost::ledger::feature: a feature name must be valid UTF-8 without control characters");
     std::lock_guard lock(mutex_);
-    const std::uint32_t n = tag_count_.load(std::memory_order_relaxed);
+    const std::uint32_t n = feature_count_.load(std::memory_order_relaxed);
     for (std::uint32_t i = 0; i < n; ++i)
-      if (tags_[i].name == name) return {i};
-    if (n == options_.max_tags)
-      throw std::length_error("frugal::cost::ledger::tag: \"" + std::string(name) +
-                              "\" refused: options.max_tags = " + std::to_string(options_.max_tags) +
-                              " tags are interned already (tags are low-cardinality feature names)");
-    tags_[n].name = std::string(name);
-    tags_[n].hist =
+      if (features_[i].name == name) return {i};
+    if (n == options_.max_features)
+      throw std::length_error("frugal::cost::ledger::feature: \"" + std::string(name) +
+                              "\" refused: options.max_features = " + std::to_string(options_.max_features) +
+                              " features are interned already (features are a low-cardinality set of names)");
+    features_[n].name = std::string(name);
+    features_[n].hist =
         std::make_unique<log_linear_histogram>(static_cast<std::uint64_t>(options_.latency_highest.count()));
-    tag_count_.store(n + 1, std::memory_order_release);
+    feature_count_.store(n + 1, std::memory_order_release);
     return {n};
   }
 
-  /// @brief The id of an interned tag, or nullopt.
-  std::optional<tag_id> find_tag(std::string_view name) const {
+  /// @brief The id of an interned feature, or nullopt.
+  std::optional<feature_id> find_feature(std::string_view name) const {
     std::lock_guard lock(mutex_);
-    for (std::uint32_t i = 0; i < tag_count_.load(std::memory_order_relaxed); ++i)
-      if (tags_[i].name == name) return tag_id{i};
+    for (std::uint32_t i = 0; i < feature_count_.load(std::memory_order_relaxed); ++i)
+      if (features_[i].name == name) return feature_id{i};
     return std::nullopt;
   }
 
   /// @brief Records one batch run: busy time on a device, batch size, tokens.
   void record_batch(const batch_record& b) {
-    check_tag(b.tag, "record_batch");
+    check_feature(b.feature, "record_batch");
     check_device(b.device, "record_batch");
     check_duration(b.busy, "record_batch", "busy");
     if (b.batch_size == 0)
@@ -255,7 +257,7 @@ class ledger {
       throw std::invalid_argument(
           "frugal::cost::ledger::record_batch: capacity must be >= batch_size (or 0)");
     detail::stripe& s = local_stripe();
-    const std::size_t base = b.tag.value * stride_;
+    const std::size_t base = b.feature.value * stride_;
     const auto t = static_cast<std::uint64_t>(b.busy.count());
     const std::uint64_t n = b.batch_size;
     s.add(base + detail::f_batches, 1);
@@ -273,15 +275,15 @@ class ledger {
   }
 
   /// @brief Records one request's end-to-end latency and how it ended.
-  void record_request(tag_id tag, std::chrono::nanoseconds latency, outcome o = outcome::ok) {
-    check_tag(tag, "record_request");
+  void record_request(feature_id feature, std::chrono::nanoseconds latency, outcome o = outcome::ok) {
+    check_feature(feature, "record_request");
     check_duration(latency, "record_request", "latency");
     if (static_cast<std::size_t>(o) >= outcome_count)
       throw std::invalid_argument("frugal::cost::ledger::record_request: unknown outcome");
     detail::stripe& s = local_stripe();
-    const std::size_t base = tag.value * stride_;
+    const std::size_t base = feature.value * stride_;
     const auto ns = static_cast<std::uint64_t>(latency.count());
-    log_linear_histogram& h = *tags_[tag.value].hist;
+    log_linear_histogram& h = *features_[feature.value].hist;
     h.count_only(ns);
     // The coordinated-omission correction, as log_linear_histogram::record_corrected, with the sum kept here;
     // its work is bounded by the histogram's buckets, not by latency / interval.
@@ -291,69 +293,72 @@ class ledger {
     s.add(base + detail::f_latency_sum, sum);
   }
 
-  /// @brief Records a cache hit that saved what an average miss of this tag costs (its busy time per item).
-  void record_cache_hit(tag_id tag) {
-    check_tag(tag, "record_cache_hit");
-    local_stripe().add(tag.value * stride_ + detail::f_hits_implicit, 1);
+  /// @brief Records a cache hit that saved what an average miss of this feature costs (its busy time per
+  /// item).
+  void record_cache_hit(feature_id feature) {
+    check_feature(feature, "record_cache_hit");
+    local_stripe().add(feature.value * stride_ + detail::f_hits_implicit, 1);
   }
   /// @brief Records a cache hit that saved `saved` of GPU time.
-  void record_cache_hit(tag_id tag, std::chrono::nanoseconds saved) {
-    check_tag(tag, "record_cache_hit");
+  void record_cache_hit(feature_id feature, std::chrono::nanoseconds saved) {
+    check_feature(feature, "record_cache_hit");
     check_duration(saved, "record_cache_hit", "saved");
     detail::stripe& s = local_stripe();
-    s.add(tag.value * stride_ + detail::f_hits_explicit, 1);
-    s.add(tag.value * stride_ + detail::f_saved_explicit, static_cast<std::uint64_t>(saved.count()));
+    s.add(feature.value * stride_ + detail::f_hits_explicit, 1);
+    s.add(feature.value * stride_ + detail::f_saved_explicit, static_cast<std::uint64_t>(saved.count()));
   }
 
   /// @brief Records a semantic cache hit (a similar input's result, not an identical one's) that saved what
-  /// an average miss of this tag costs: a cache hit, counted apart as semantic.
-  void record_semantic_hit(tag_id tag) {
-    check_tag(tag, "record_semantic_hit");
+  /// an average miss of this feature costs: a cache hit, counted apart as semantic.
+  void record_semantic_hit(feature_id feature) {
+    check_feature(feature, "record_semantic_hit");
     detail::stripe& s = local_stripe();
-    s.add(tag.value * stride_ + detail::f_hits_implicit, 1);
-    s.add(tag.value * stride_ + detail::f_semantic_hits_implicit, 1);
+    s.add(feature.value * stride_ + detail::f_hits_implicit, 1);
+    s.add(feature.value * stride_ + detail::f_semantic_hits_implicit, 1);
   }
   /// @brief Records a semantic cache hit that saved `saved` of GPU time.
-  void record_semantic_hit(tag_id tag, std::chrono::nanoseconds saved) {
-    check_tag(tag, "record_semantic_hit");
+  void record_semantic_hit(feature_id feature, std::chrono::nanoseconds saved) {
+    check_feature(feature, "record_semantic_hit");
     check_duration(saved, "record_semantic_hit", "saved");
     detail::stripe& s = local_stripe();
     const auto ns = static_cast<std::uint64_t>(saved.count());
-    s.add(tag.value * stride_ + detail::f_hits_explicit, 1);
-    s.add(tag.value * stride_ + detail::f_saved_explicit, ns);
-    s.add(tag.value * stride_ + detail::f_semantic_hits_explicit, 1);
-    s.add(tag.value * stride_ + detail::f_semantic_saved_explicit, ns);
+    s.add(feature.value * stride_ + detail::f_hits_explicit, 1);
+    s.add(feature.value * stride_ + detail::f_saved_explicit, ns);
+    s.add(feature.value * stride_ + detail::f_semantic_hits_explicit, 1);
+    s.add(feature.value * stride_ + detail::f_semantic_saved_explicit, ns);
   }
 
   /// @brief Records a hit in a shared cache tier (e.g. Redis) that took `latency`: a cache hit that saved
-  /// an average miss of this tag, counted apart as a remote hit with its latency.
-  void record_remote_hit(tag_id tag, std::chrono::nanoseconds latency) {
-    check_tag(tag, "record_remote_hit");
+  /// an average miss of this feature, counted apart as a remote hit with its latency.
+  void record_remote_hit(feature_id feature, std::chrono::nanoseconds latency) {
+    check_feature(feature, "record_remote_hit");
     check_duration(latency, "record_remote_hit", "latency");
     detail::stripe& s = local_stripe();
-    s.add(tag.value * stride_ + detail::f_hits_implicit, 1);
-    s.add(tag.value * stride_ + detail::f_remote_hits, 1);
-    s.add(tag.value * stride_ + detail::f_remote_latency_sum, static_cast<std::uint64_t>(latency.count()));
+    s.add(feature.value * stride_ + detail::f_hits_implicit, 1);
+    s.add(feature.value * stride_ + detail::f_remote_hits, 1);
+    s.add(feature.value * stride_ + detail::f_remote_latency_sum,
+          static_cast<std::uint64_t>(latency.count()));
   }
   /// @brief Records a shared cache tier's fault (down, slow, an error) that fell back to the model.
-  void record_remote_fault(tag_id tag) {
-    check_tag(tag, "record_remote_fault");
-    local_stripe().add(tag.value * stride_ + detail::f_remote_faults, 1);
+  void record_remote_fault(feature_id feature) {
+    check_feature(feature, "record_remote_fault");
+    local_stripe().add(feature.value * stride_ + detail::f_remote_faults, 1);
   }
 
-  /// @brief A cascade's tier (this tag) passed a request on to the next tier after `spent` of its own
+  /// @brief A cascade's tier (this feature) passed a request on to the next tier after `spent` of its own
   /// model time (frugal::cascade records it when given a ledger).
-  void record_escalation(tag_id tier, std::chrono::nanoseconds spent) {
-    check_tag(tier, "record_escalation");
+  void record_escalation(feature_id tier, std::chrono::nanoseconds spent) {
+    check_feature(tier, "record_escalation");
     check_duration(spent, "record_escalation", "spent");
     detail::stripe& s = local_stripe();
     s.add(tier.value * stride_ + detail::f_escalations, 1);
     s.add(tier.value * stride_ + detail::f_cascade_spent, static_cast<std::uint64_t>(spent.count()));
   }
-  /// @brief A cascade's tier (this tag), not the last, answered a request after `spent` of its own model
+  /// @brief A cascade's tier (this feature), not the last, answered a request after `spent` of its own model
   /// time, so the last tier's call, which takes `avoided`, was not made.
-  void record_cascade_answer(tag_id tier, std::chrono::nanoseconds avoided, std::chrono::nanoseconds spent) {
-    check_tag(tier, "record_cascade_answer");
+  void record_cascade_answer(feature_id tier, std::chrono::nanoseconds avoided,
+                             std::chrono::nanoseconds spent) {
+    check_feature(tier, "record_cascade_answer");
     check_duration(avoided, "record_cascade_answer", "avoided");
     check_duration(spent, "record_cascade_answer", "spent");
     detail::stripe& s = local_stripe();
@@ -366,14 +371,15 @@ class ledger {
     check_device(device, "record_model_load");
     check_duration(duration, "record_model_load", "duration");
     detail::stripe& s = local_stripe();
-    const std::size_t base = options_.max_tags * stride_ + device * detail::d_field_count;
+    const std::size_t base = options_.max_features * stride_ + device * detail::d_field_count;
     s.add(base + detail::d_load, static_cast<std::uint64_t>(duration.count()));
     s.add(base + detail::d_loads, 1);
   }
   /// @brief Records a model unload on a device.
   void record_model_unload(std::size_t device) {
     check_device(device, "record_model_unload");
-    local_stripe().add(options_.max_tags * stride_ + device * detail::d_field_count + detail::d_unloads, 1);
+    local_stripe().add(options_.max_features * stride_ + device * detail::d_field_count + detail::d_unloads,
+                       1);
   }
 
   /// @brief Records a preemption of a job on a device (frugal::job: a resume after an interruption) and
@@ -383,7 +389,7 @@ class ledger {
     check_device(device, "record_preemption");
     check_duration(redone, "record_preemption", "redone");
     detail::stripe& s = local_stripe();
-    const std::size_t base = options_.max_tags * stride_ + device * detail::d_field_count;
+    const std::size_t base = options_.max_features * stride_ + device * detail::d_field_count;
     s.add(base + detail::d_preemptions, 1);
     s.add(base + detail::d_redone_records, redone_records);
     s.add(base + detail::d_redone, static_cast<std::uint64_t>(redone.count()));
@@ -420,26 +426,26 @@ class ledger {
     detail::raw_state raw;
     raw.at_ns = since_start();
     std::lock_guard lock(mutex_);
-    const std::uint32_t n = tag_count_.load(std::memory_order_acquire);
+    const std::uint32_t n = feature_count_.load(std::memory_order_acquire);
     const std::size_t nd = options_.devices.size();
     std::vector<std::uint64_t> sum(counters_, 0);
     for (const auto& st : stripes_)
       for (std::size_t i = 0; i < counters_; ++i)
         sum[i] = detail::add_sat(sum[i], st.second->c[i].load(std::memory_order_relaxed));
-    raw.tags.resize(n);
+    raw.features.resize(n);
     for (std::uint32_t t = 0; t < n; ++t) {
-      detail::raw_tag& r = raw.tags[t];
-      r.name = tags_[t].name;
+      detail::raw_feature& r = raw.features[t];
+      r.name = features_[t].name;
       for (std::size_t f = 0; f < detail::f_fixed_count; ++f) r.c[f] = sum[t * stride_ + f];
       r.busy_by_device.assign(sum.begin() + static_cast<std::ptrdiff_t>(t * stride_ + detail::f_fixed_count),
                               sum.begin() + static_cast<std::ptrdiff_t>((t + 1) * stride_));
-      r.hist = tags_[t].hist->snapshot();
+      r.hist = features_[t].hist->snapshot();
       r.hist.sum = r.c[detail::f_latency_sum];
     }
     raw.devices = devices_;
     for (std::size_t d = 0; d < nd; ++d)
       for (std::size_t f = 0; f < detail::d_field_count; ++f)
-        raw.devices[d].c[f] = sum[options_.max_tags * stride_ + d * detail::d_field_count + f];
+        raw.devices[d].c[f] = sum[options_.max_features * stride_ + d * detail::d_field_count + f];
     raw.queue = queue_;
     return detail::derive(config_, std::move(raw), nullptr);
   }
@@ -452,7 +458,7 @@ class ledger {
   const ledger_options& options() const noexcept { return options_; }
 
  private:
-  struct tag_slot {
+  struct feature_slot {
     std::string name;
     std::unique_ptr<log_linear_histogram> hist;
   };
@@ -461,10 +467,10 @@ class ledger {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(clock_.now() - start_).count();
   }
 
-  void check_tag(tag_id t, const char* fn) const {
-    if (t.value >= tag_count_.load(std::memory_order_acquire))
-      throw std::out_of_range(std::string("frugal::cost::ledger::") + fn + ": tag id " +
-                              std::to_string(t.value) + " was not returned by tag()");
+  void check_feature(feature_id t, const char* fn) const {
+    if (t.value >= feature_count_.load(std::memory_order_acquire))
+      throw std::out_of_range(std::string("frugal::cost::ledger::") + fn + ": feature id " +
+                              std::to_string(t.value) + " was not returned by feature()");
   }
   static void check_duration(std::chrono::nanoseconds d, const char* fn, const char* what) {
     if (d.count() < 0)
@@ -510,8 +516,8 @@ class ledger {
   std::shared_ptr<const detail::ledger_config> config_;
   std::size_t stride_ = 0;
   std::size_t counters_ = 0;
-  std::unique_ptr<tag_slot[]> tags_;
-  std::atomic<std::uint32_t> tag_count_{0};
+  std::unique_ptr<feature_slot[]> features_;
+  std::atomic<std::uint32_t> feature_count_{0};
   mutable std::mutex mutex_;
   std::vector<std::pair<std::uint64_t, std::unique_ptr<detail::stripe>>> stripes_;
   std::vector<detail::raw_device> devices_;

@@ -19,11 +19,11 @@ FRUGAL_BEGIN_NAMESPACE
 namespace cost {
 
 /// @brief How a request ended.
-enum class outcome : std::uint8_t { ok, error, deadline, rejected };
+enum class outcome : std::uint8_t { ok, error, deadline_exceeded, rejected };
 inline constexpr std::size_t outcome_count = 4;
-/// @brief "ok", "error", "deadline" or "rejected".
+/// @brief "ok", "error", "deadline_exceeded" or "rejected".
 inline constexpr std::string_view to_string(outcome o) noexcept {
-  constexpr std::string_view names[] = {"ok", "error", "deadline", "rejected"};
+  constexpr std::string_view names[] = {"ok", "error", "deadline_exceeded", "rejected"};
   return names[static_cast<std::size_t>(o)];
 }
 
@@ -35,9 +35,9 @@ inline constexpr std::string_view to_string(billing b) noexcept {
 
 /// @brief What happens to idle cost (GPU-hours paid but not busy), as OpenCost offers.
 enum class idle_sharing : std::uint8_t {
-  none,     ///< reported apart, not charged to any tag
-  by_busy,  ///< each device's idle cost shared out to tags in proportion to their busy time on it
-  uniform,  ///< each device's idle cost split evenly between the tags active in the window
+  none,     ///< reported apart, not charged to any feature
+  by_busy,  ///< each device's idle cost shared out to features in proportion to their busy time on it
+  uniform,  ///< each device's idle cost split evenly between the features active in the window
 };
 
 /// @brief The price of one GPU class: on-demand, and spot where a device is billed as spot.
@@ -66,7 +66,7 @@ struct thresholds {
   /// Memory use over this fraction for at least `memory_window`, from record_memory().
   double memory_high = 0.80;
   std::chrono::nanoseconds memory_window = std::chrono::minutes(10);
-  /// p99 latency over this, per tag and in total.
+  /// p99 latency over this, per feature and in total.
   std::chrono::nanoseconds p99_max = std::chrono::milliseconds(500);
   /// Queue depth over this fraction of its limit, from record_queue_depth().
   double queue_high = 0.80;
@@ -95,8 +95,8 @@ struct latency_percentiles {
   std::chrono::nanoseconds p50{0}, p90{0}, p99{0}, p999{0};
 };
 
-/// @brief The figures for one tag (feature), or for all of them together.
-struct tag_figures {
+/// @brief The figures for one feature, or for all of them together.
+struct feature_figures {
   std::string name;
   std::uint64_t requests = 0;  ///< record_request() calls
   std::array<std::uint64_t, outcome_count> by_outcome{};
@@ -106,7 +106,7 @@ struct tag_figures {
   std::chrono::nanoseconds busy{0};  ///< GPU-busy time
   std::vector<std::chrono::nanoseconds> busy_by_device;
   money busy_cost{};   ///< busy time priced at each device's rate
-  money idle_share{};  ///< idle cost charged to this tag (idle_sharing other than none)
+  money idle_share{};  ///< idle cost charged to this feature (idle_sharing other than none)
   money cost{};        ///< busy_cost + idle_share; for the total: everything paid
   money cost_per_request{};
   double mean_batch_size = 0;
@@ -201,7 +201,7 @@ enum device_field : std::size_t {
 
 // Cumulative counters since the ledger started; a snapshot keeps them so that a later one can be cut to the
 // window in between.
-struct raw_tag {
+struct raw_feature {
   std::string name;
   std::array<std::uint64_t, f_fixed_count> c{};
   std::vector<std::uint64_t> busy_by_device;
@@ -214,7 +214,7 @@ struct raw_device {
 };
 struct raw_state {
   std::int64_t at_ns = 0;  // since the ledger started
-  std::vector<raw_tag> tags;
+  std::vector<raw_feature> features;
   std::vector<raw_device> devices;
   std::optional<std::pair<std::uint64_t, std::uint64_t>> queue;  // depth, limit
 };
@@ -241,22 +241,22 @@ struct ledger_snapshot {
   std::chrono::nanoseconds at{0};            ///< since the ledger started
   std::chrono::nanoseconds wall{0};          ///< at − window_start
   currency cur{};
-  std::vector<tag_figures> tags;
-  tag_figures total;
+  std::vector<feature_figures> features;
+  feature_figures total;
   std::vector<device_figures> devices;
   money total_cost{};        ///< everything paid: busy + overhead + idle
   money busy_cost{};         ///< workload cost
   money overhead_cost{};     ///< model loads
   money idle_cost{};         ///< paid but not busy
-  money unallocated_idle{};  ///< idle cost not shared out to a tag
+  money unallocated_idle{};  ///< idle cost not shared out to a feature
   idle_sharing share = idle_sharing::none;
   double utilization = 0;                                        ///< fleet busy over fleet wall time
   std::optional<std::pair<std::uint64_t, std::uint64_t>> queue;  ///< last (depth, limit)
   std::vector<alert> alerts;
 
-  /// @brief The figures for the tag named `name`, or nullptr.
-  const tag_figures* find(std::string_view name) const noexcept {
-    for (const auto& t : tags)
+  /// @brief The figures for the feature named `name`, or nullptr.
+  const feature_figures* find(std::string_view name) const noexcept {
+    for (const auto& t : features)
       if (t.name == name) return &t;
     return nullptr;
   }

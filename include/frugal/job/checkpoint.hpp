@@ -24,7 +24,7 @@
 #include <string>
 #include <thread>
 
-#include "frugal/job/error.hpp"
+#include "frugal/job/errors.hpp"
 #include "frugal/job/io.hpp"
 #include "frugal/namespace.hpp"
 
@@ -111,10 +111,11 @@ inline std::string serialize_checkpoint(const checkpoint& c) {
   return j.dump() + "\n";
 }
 
-/// @brief Parses serialize_checkpoint's text; throws errc::checkpoint_corrupt naming `path` on anything else.
+/// @brief Parses serialize_checkpoint's text; throws job_errc::checkpoint_corrupt naming `path` on anything
+/// else.
 inline checkpoint parse_checkpoint(const std::string& text, const std::string& path) {
   auto corrupt = [&](const std::string& why) -> error {
-    return error(errc::checkpoint_corrupt,
+    return error(job_errc::checkpoint_corrupt,
                  "checkpoint " + path + " is corrupt: " + why + "; delete it to start the job afresh");
   };
   nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
@@ -160,22 +161,22 @@ inline void write_checkpoint(const std::string& dir, const checkpoint& c,
   detail::sync_dir(dir);
 }
 
-/// @brief The checkpoint in `dir`, or nullopt when there is none; throws errc::checkpoint_corrupt.
+/// @brief The checkpoint in `dir`, or nullopt when there is none; throws job_errc::checkpoint_corrupt.
 inline std::optional<checkpoint> read_checkpoint(const std::string& dir) {
   const std::string path = dir + "/" + checkpoint_file_name;
   if (!detail::exists(path)) return std::nullopt;
   return parse_checkpoint(detail::read_whole(path), path);
 }
 
-/// @brief Throws errc::checkpoint_mismatch unless `c` is for this job and this input.
+/// @brief Throws job_errc::checkpoint_mismatch unless `c` is for this job and this input.
 inline void check_checkpoint_matches(const checkpoint& c, const std::string& job_name,
                                      const input_identity& input, const std::string& dir) {
   const std::string where = "checkpoint " + dir + "/" + checkpoint_file_name;
   if (c.job_name != job_name)
-    throw error(errc::checkpoint_mismatch, where + " belongs to job \"" + c.job_name + "\", not \"" +
-                                               job_name + "\"; refusing to reuse it");
+    throw error(job_errc::checkpoint_mismatch, where + " belongs to job \"" + c.job_name + "\", not \"" +
+                                                   job_name + "\"; refusing to reuse it");
   if (c.input != input)
-    throw error(errc::checkpoint_mismatch,
+    throw error(job_errc::checkpoint_mismatch,
                 where + " was written for another input (size " + std::to_string(c.input.size) + ", hash " +
                     detail::hex64(c.input.hash) + "; this input: size " + std::to_string(input.size) +
                     ", hash " + detail::hex64(input.hash) + "); refusing to reuse it");

@@ -13,7 +13,7 @@
 #include <string_view>
 #include <utility>
 
-#include "frugal/job/error.hpp"
+#include "frugal/job/errors.hpp"
 #include "frugal/namespace.hpp"
 
 FRUGAL_BEGIN_NAMESPACE

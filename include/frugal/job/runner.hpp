@@ -40,7 +40,7 @@
 #include "frugal/batcher.hpp"
 #include "frugal/job/checkpoint.hpp"
 #include "frugal/job/detail/process.hpp"
-#include "frugal/job/error.hpp"
+#include "frugal/job/errors.hpp"
 #include "frugal/job/io.hpp"
 #include "frugal/namespace.hpp"
 
@@ -55,18 +55,18 @@ inline constexpr int exit_io_error = 74;  ///< resumable once the cause (a full 
 
 /// @brief The exit code for an error: io 74, checkpoint_corrupt and checkpoint_mismatch 78 (EX_CONFIG),
 /// bad_record 65 (EX_DATAERR), batch_failed 70 (EX_SOFTWARE), invalid_options 64 (EX_USAGE).
-inline constexpr int exit_code(errc e) noexcept {
+inline constexpr int exit_code(job_errc e) noexcept {
   switch (e) {
-    case errc::io:
+    case job_errc::io:
       return exit_io_error;
-    case errc::checkpoint_corrupt:
-    case errc::checkpoint_mismatch:
+    case job_errc::checkpoint_corrupt:
+    case job_errc::checkpoint_mismatch:
       return 78;
-    case errc::bad_record:
+    case job_errc::bad_record:
       return 65;
-    case errc::batch_failed:
+    case job_errc::batch_failed:
       return 70;
-    case errc::invalid_options:
+    case job_errc::invalid_options:
       return 64;
   }
   return 1;
@@ -98,7 +98,7 @@ struct options {
   std::uint64_t checkpoint_every_records = 1000;
   /// A checkpoint after the first batch that ends this long after the last one; 0: no time rule.
   std::chrono::nanoseconds checkpoint_every = std::chrono::seconds(30);
-  /// Stop with errc::bad_record at the first malformed record instead of logging it and going on.
+  /// Stop with job_errc::bad_record at the first malformed record instead of logging it and going on.
   bool stop_on_bad_record = false;
   /// After SIGTERM (or request_stop()), how long the in-flight batch may take. Past it, or at a second
   /// signal, what is done is checkpointed and the process exits with exit_preempted. Cloud notices give
@@ -114,10 +114,11 @@ struct options {
   } testing{};
 };
 
-enum class outcome { completed, preempted };
+/// @brief How run() ended: the job is done, or it was stopped and checkpointed, so a rerun resumes it.
+enum class run_result { completed, preempted };
 
-inline constexpr int exit_code(outcome o) noexcept {
-  return o == outcome::completed ? exit_completed : exit_preempted;
+inline constexpr int exit_code(run_result o) noexcept {
+  return o == run_result::completed ? exit_completed : exit_preempted;
 }
 
 struct stats {
@@ -143,7 +144,7 @@ class basic_runner {
  public:
   basic_runner(options o, batch_function fn, Clock clock = Clock())
       : o_(std::move(o)), fn_(std::move(fn)), clock_(clock) {
-    auto bad = [](const std::string& why) { return error(errc::invalid_options, "options: " + why); };
+    auto bad = [](const std::string& why) { return error(job_errc::invalid_options, "options: " + why); };
     if (o_.name.empty()) throw bad("name is empty");
     if (o_.input.empty() || o_.output.empty() || o_.checkpoint_dir.empty())
       throw bad("input, output and checkpoint_dir are required");
@@ -160,9 +161,9 @@ class basic_runner {
 
   /// @brief Runs (or resumes) the job, once per runner. Reads the whole input first to check its identity
   /// against the checkpoint. Returns completed or preempted; throws job::error.
-  outcome run() {
+  run_result run() {
     if (ran_)
-      throw error(errc::invalid_options, "run() called twice on one runner; make a new runner to resume");
+      throw error(job_errc::invalid_options, "run() called twice on one runner; make a new runner to resume");
     ran_ = true;
     detail::signal_guard guard(o_.handle_signals);
     signal_base_ = detail::signal_count().load();
@@ -175,7 +176,7 @@ class basic_runner {
       check_checkpoint_matches(*cp, o_.name, id, o_.checkpoint_dir);
       state_ = *cp;
       resume_files();
-      if (cp->done) return outcome::completed;
+      if (cp->done) return run_result::completed;
     } else {
       state_ = checkpoint{.job_name = o_.name, .input = id};
       out_.truncate(0);
@@ -214,7 +215,7 @@ class basic_runner {
     collected_line_ = reader.line_no;
     commit();
     checkpoint_now(true);
-    return outcome::completed;
+    return run_result::completed;
   }
 
   /// @brief Asks the job to stop as a SIGTERM would; thread-safe. A second call forces the checkpoint.
@@ -280,7 +281,7 @@ class basic_runner {
   void resume_files() {
     const std::uint64_t out_size = out_.size(), err_size = err_.size();
     if (out_size < state_.output_size || err_size < state_.errors_size)
-      throw error(errc::checkpoint_mismatch,
+      throw error(job_errc::checkpoint_mismatch,
                   "output " + o_.output + " (" + std::to_string(out_size) + " bytes) or errors " + o_.errors +
                       " (" + std::to_string(err_size) + " bytes) is shorter than checkpoint " +
                       o_.checkpoint_dir + "/" + checkpoint_file_name + " records (" +
@@ -315,7 +316,7 @@ class basic_runner {
       reason = e.what();
     }
     if (!reason.empty() && o_.stop_on_bad_record)
-      throw error(errc::bad_record, o_.input + ":" + std::to_string(reader.line_no) + ": " + reason);
+      throw error(job_errc::bad_record, o_.input + ":" + std::to_string(reader.line_no) + ": " + reason);
     slot& s = slots_.emplace_back();
     s.end_offset = reader.offset;
     s.end_line = reader.line_no;
@@ -425,7 +426,7 @@ class basic_runner {
       update([](job::stats& st) { ++st.batches; });
       maybe_checkpoint(at);
     }
-    if (failure) throw error(errc::batch_failed, *failure);
+    if (failure) throw error(job_errc::batch_failed, *failure);
   }
 
   // Appends the collected text; the state then covers the input through the last line collected.
@@ -454,7 +455,7 @@ class basic_runner {
 
   // Stops taking records: those queued and not yet in a batch fail with closed, and the batch in flight may
   // finish within the deadline. The checkpoint covers what is collected.
-  outcome stop(queue_type& q) {
+  run_result stop(queue_type& q) {
     q.close(drain::no);
     for (;;) {
       collect();
@@ -469,7 +470,7 @@ class basic_runner {
     collect();
     commit();
     checkpoint_now(false);
-    return outcome::preempted;
+    return run_result::preempted;
   }
 
   // The in-flight batch cannot be cancelled from outside, so what is done is checkpointed and the process

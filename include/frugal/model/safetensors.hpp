@@ -23,68 +23,46 @@
 #include <utility>
 #include <vector>
 
+#include "frugal/element_type.hpp"
 #include "frugal/namespace.hpp"
 #include "frugal/quant/types.hpp"
 
 FRUGAL_BEGIN_NAMESPACE
 namespace safetensors {
 
-/// @brief The element types of the format.
-enum class dtype { boolean, u8, i8, i16, u16, f16, bf16, i32, u32, f32, f64, i64, u64 };
-
-/// @brief Bytes per element.
-inline constexpr std::size_t dtype_size(dtype t) noexcept {
+/// @brief The name the format gives an element type ("F32", "BF16", ...); "?" for one it does not store here
+/// (f8_e4m3, i4).
+inline constexpr const char* type_name(element_type t) noexcept {
   switch (t) {
-    case dtype::boolean:
-    case dtype::u8:
-    case dtype::i8:
-      return 1;
-    case dtype::i16:
-    case dtype::u16:
-    case dtype::f16:
-    case dtype::bf16:
-      return 2;
-    case dtype::i32:
-    case dtype::u32:
-    case dtype::f32:
-      return 4;
-    case dtype::f64:
-    case dtype::i64:
-    case dtype::u64:
-      return 8;
-  }
-  return 0;
-}
-
-/// @brief The name the format gives a dtype ("F32", "BF16", ...).
-inline constexpr const char* dtype_name(dtype t) noexcept {
-  switch (t) {
-    case dtype::boolean:
+    case element_type::boolean:
       return "BOOL";
-    case dtype::u8:
+    case element_type::u8:
       return "U8";
-    case dtype::i8:
+    case element_type::i8:
       return "I8";
-    case dtype::i16:
+    case element_type::i16:
       return "I16";
-    case dtype::u16:
+    case element_type::u16:
       return "U16";
-    case dtype::f16:
+    case element_type::f16:
       return "F16";
-    case dtype::bf16:
+    case element_type::bf16:
       return "BF16";
-    case dtype::i32:
+    case element_type::i32:
       return "I32";
-    case dtype::u32:
+    case element_type::u32:
       return "U32";
-    case dtype::f32:
+    case element_type::f32:
       return "F32";
-    case dtype::f64:
+    case element_type::f64:
       return "F64";
-    case dtype::i64:
+    case element_type::i64:
       return "I64";
-    case dtype::u64:
+    case element_type::u64:
       return "U64";
+    case element_type::f8_e4m3:
+    case element_type::i4:
+      return "?";
   }
   return "?";
 }
@@ -95,25 +73,27 @@ class error : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-/// @brief One tensor: its dtype, its shape and its bytes (inside the mapping; not necessarily aligned).
+/// @brief One tensor: its element type, its shape and its bytes (inside the mapping; not necessarily
+/// aligned).
 struct tensor_view {
   std::string name;
-  safetensors::dtype type = dtype::f32;
+  element_type type = element_type::f32;
   std::vector<std::size_t> shape;
   std::span<const std::byte> data;
-  std::size_t elements() const noexcept { return data.size() / dtype_size(type); }
+  std::size_t elements() const noexcept {
+    return data.size() / (static_cast<std::size_t>(element_bits(type)) / 8);
+  }
 };
 
 namespace detail {
 
-inline bool parse_dtype(const std::string& s, dtype& out) {
-  static const std::pair<const char*, dtype> names[] = {
-      {"BOOL", dtype::boolean}, {"U8", dtype::u8},   {"I8", dtype::i8},     {"I16", dtype::i16},
-      {"U16", dtype::u16},      {"F16", dtype::f16}, {"BF16", dtype::bf16}, {"I32", dtype::i32},
-      {"U32", dtype::u32},      {"F32", dtype::f32}, {"F64", dtype::f64},   {"I64", dtype::i64},
-      {"U64", dtype::u64}};
-  for (const auto& [n, t] : names)
-    if (s == n) {
+inline bool parse_type_name(const std::string& s, element_type& out) {
+  static constexpr element_type types[] = {
+      element_type::boolean, element_type::u8,   element_type::i8,  element_type::i16, element_type::u16,
+      element_type::f16,     element_type::bf16, element_type::i32, element_type::u32, element_type::f32,
+      element_type::f64,     element_type::i64,  element_type::u64};
+  for (const element_type t : types)
+    if (s == type_name(t)) {
       out = t;
       return true;
     }
@@ -173,7 +153,7 @@ inline std::map<std::string, tensor_view> parse(std::span<const std::byte> bytes
       throw tfail("data_offsets is not [begin, end]");
     tensor_view t;
     t.name = name;
-    if (!parse_dtype(dt->get<std::string>(), t.type))
+    if (!parse_type_name(dt->get<std::string>(), t.type))
       throw tfail("unknown dtype '" + dt->get<std::string>() + "'");
     std::uint64_t count = 1;
     for (const auto& d : *sh) {
@@ -191,9 +171,9 @@ inline std::map<std::string, tensor_view> parse(std::span<const std::byte> bytes
     if (end > data.size())
       throw tfail("truncated: its data ends at byte " + std::to_string(end) + " of a " +
                   std::to_string(data.size()) + "-byte data section");
-    const std::size_t es = dtype_size(t.type);
+    const std::size_t es = static_cast<std::size_t>(element_bits(t.type)) / 8;
     if (count > std::numeric_limits<std::uint64_t>::max() / es || count * es != end - begin)
-      throw tfail("shape " + shape_string(t.shape) + " of " + dtype_name(t.type) + " needs " +
+      throw tfail("shape " + shape_string(t.shape) + " of " + type_name(t.type) + " needs " +
                   (count > std::numeric_limits<std::uint64_t>::max() / es ? std::string("too many")
                                                                           : std::to_string(count * es)) +
                   " bytes, but data_offsets span " + std::to_string(end - begin));
@@ -288,21 +268,21 @@ class file {
     std::vector<float> out(t.elements());
     const std::byte* p = t.data.data();
     switch (t.type) {
-      case dtype::f32:
+      case element_type::f32:
         std::memcpy(out.data(), p, t.data.size());
         break;
-      case dtype::f16:
-      case dtype::bf16:
+      case element_type::f16:
+      case element_type::bf16:
         for (std::size_t i = 0; i < out.size(); ++i) {
           std::uint16_t h;
           std::memcpy(&h, p + 2 * i, 2);
-          out[i] = t.type == dtype::f16 ? quant::detail::half_bits_to_float(h)
-                                        : quant::detail::bf16_bits_to_float(h);
+          out[i] = t.type == element_type::f16 ? quant::detail::half_bits_to_float(h)
+                                               : quant::detail::bf16_bits_to_float(h);
         }
         break;
       default:
         throw error("frugal::safetensors: " + label_ + ": tensor '" + name + "' has dtype " +
-                    dtype_name(t.type) + ", expected F32, F16 or BF16");
+                    type_name(t.type) + ", expected F32, F16 or BF16");
     }
     return out;
   }

@@ -34,7 +34,7 @@ struct cascade_options {
   /// Given a tier's answer and the tier's index, true sends the input on to the next tier. It is never
   /// called for the last tier, whose answer is final. Required.
   std::function<bool(const Answer&, std::size_t)> escalate{};
-  /// Optional: a ledger to book each tier's calls in, under a tag named after the tier's model: every
+  /// Optional: a ledger to book each tier's calls in, under a feature named after the tier's model: every
   /// call's model time as a batch of one on ledger_device and as a request (so the ledger prices each
   /// tier), every escalation, and for every answer below the last tier the last tier's mean call time
   /// it avoided (the ledger's escalation_rate and cascade_saved by tier). Must outlive the cascade.
@@ -114,7 +114,7 @@ class cascade {
         throw std::invalid_argument(who + "ledger_device " + std::to_string(opts_.ledger_device) +
                                     " is not a device of the ledger (it has " +
                                     std::to_string(opts_.ledger->options().devices.size()) + ")");
-      for (const auto& t : opts_.tiers) tags_.push_back(opts_.ledger->tag(t.model));
+      for (const auto& t : opts_.tiers) features_.push_back(opts_.ledger->feature(t.model));
     }
   }
 
@@ -188,8 +188,9 @@ class cascade {
         took = std::chrono::duration_cast<std::chrono::nanoseconds>(c.opts_.ledger->clock().now() - t0);
         try {
           const auto o = std::uncaught_exceptions() > unwinding ? cost::outcome::error : cost::outcome::ok;
-          c.opts_.ledger->record_batch({.tag = c.tags_[i], .device = c.opts_.ledger_device, .busy = took});
-          c.opts_.ledger->record_request(c.tags_[i], took, o);
+          c.opts_.ledger->record_batch(
+              {.feature = c.features_[i], .device = c.opts_.ledger_device, .busy = took});
+          c.opts_.ledger->record_request(c.features_[i], took, o);
         } catch (...) {  // a call the ledger refuses (past its range) is not booked
         }
       }
@@ -205,7 +206,7 @@ class cascade {
     const std::size_t last = opts_.tiers.size() - 1;
     try {
       if (!final) {
-        opts_.ledger->record_escalation(tags_[i], took);
+        opts_.ledger->record_escalation(features_[i], took);
         return;
       }
       std::vector<std::pair<std::size_t, unpriced>> flush;
@@ -228,7 +229,8 @@ class cascade {
         if (last_calls_ != 0) mean = last_time_ / static_cast<std::int64_t>(last_calls_);
       }
       for (const auto& [k, u] : flush)
-        opts_.ledger->record_cascade_answer(tags_[k], mean * static_cast<std::int64_t>(u.answers), u.spent);
+        opts_.ledger->record_cascade_answer(features_[k], mean * static_cast<std::int64_t>(u.answers),
+                                            u.spent);
     } catch (...) {  // as above: not booked
     }
   }
@@ -247,7 +249,7 @@ class cascade {
   Pool* pool_;
   std::vector<typename Pool::handle> handles_;  // the tiers' models, found once
   const options_type opts_;
-  std::vector<cost::tag_id> tags_;  // the tiers' tags in the ledger, if any
+  std::vector<cost::feature_id> features_;  // the tiers' features in the ledger, if any
   mutable std::mutex mutex_;
   std::uint64_t requests_ = 0;
   std::vector<counts> tiers_;

@@ -5,51 +5,13 @@
 #include <cstdint>
 #include "frugal/quant/detail/eigen.hpp"
 
+#include "frugal/element_type.hpp"
 #include "frugal/namespace.hpp"
 #include "frugal/quant/activation.hpp"
 #include "frugal/quant/cpu.hpp"
 
 FRUGAL_BEGIN_NAMESPACE
 namespace quant {
-
-/// @brief The element types of the quantization toolkit.
-enum class element_type { f32, f16, bf16, i8, u8, i4 };
-
-/// @brief Bits per element (i4 packs two per byte).
-inline constexpr int bits_of(element_type t) noexcept {
-  switch (t) {
-    case element_type::f32:
-      return 32;
-    case element_type::f16:
-    case element_type::bf16:
-      return 16;
-    case element_type::i8:
-    case element_type::u8:
-      return 8;
-    case element_type::i4:
-      return 4;
-  }
-  return 0;
-}
-
-/// @brief The name of an element type ("f32", "i4", ...).
-inline constexpr const char* to_string(element_type t) noexcept {
-  switch (t) {
-    case element_type::f32:
-      return "f32";
-    case element_type::f16:
-      return "f16";
-    case element_type::bf16:
-      return "bf16";
-    case element_type::i8:
-      return "i8";
-    case element_type::u8:
-      return "u8";
-    case element_type::i4:
-      return "i4";
-  }
-  return "?";
-}
 
 namespace detail {
 

@@ -79,9 +79,9 @@ class redis_tier {
     redis_options redis{};
     /// The LRU in front. Both max_entries and max_bytes 0: no local tier, every lookup asks Redis.
     cache_options<key128, V> local{.max_entries = 10'000};
-    /// Where hits and faults are recorded, under `tag`; null for nowhere.
+    /// Where hits and faults are recorded, under `feature`; null for nowhere.
     cost::ledger<>* ledger = nullptr;
-    cost::tag_id tag{};
+    cost::feature_id feature{};
   };
 
   /// @brief Validates the options (std::invalid_argument naming the field). Connects lazily: a Redis that
@@ -271,14 +271,14 @@ class redis_tier {
     pointer p = local_->get(k);
     if (p) {
       local_hits_.fetch_add(1, std::memory_order_relaxed);
-      if (opts_.ledger) opts_.ledger->record_cache_hit(opts_.tag);
+      if (opts_.ledger) opts_.ledger->record_cache_hit(opts_.feature);
     }
     return p;
   }
 
   void fault() {
     fallbacks_.fetch_add(1, std::memory_order_relaxed);
-    if (opts_.ledger) opts_.ledger->record_remote_fault(opts_.tag);
+    if (opts_.ledger) opts_.ledger->record_remote_fault(opts_.feature);
   }
 
   // A bulk reply decoded, or null (counted) when its header or payload does not match.
@@ -301,7 +301,7 @@ class redis_tier {
   void redis_hit(const key128& k, const pointer& p, std::chrono::nanoseconds latency) {
     redis_hits_.fetch_add(1, std::memory_order_relaxed);
     if (local_) local_->put(k, p);
-    if (opts_.ledger) opts_.ledger->record_remote_hit(opts_.tag, latency);
+    if (opts_.ledger) opts_.ledger->record_remote_hit(opts_.feature, latency);
   }
 
   static std::chrono::nanoseconds since(std::chrono::steady_clock::time_point t0) {
@@ -396,20 +396,20 @@ class redis_tier {
     return ok;
   }
 
-  enum class lock_outcome { taken, held_by_other, fault };
+  enum class lock_result { taken, held_by_other, fault };
 
-  lock_outcome try_lock(const key128& k) {
+  lock_result try_lock(const key128& k) {
     const std::string name = lock_key(k);
     const detail::redis_command cmd{"SET", name, token_, "NX", "PX", lock_ttl_};
     detail::redis_result r = client_.run(std::span<const detail::redis_command>(&cmd, 1));
-    if (!r) return lock_outcome::fault;
+    if (!r) return lock_result::fault;
     const redisReply* rep = r.replies[0].get();
     if (rep->type == REDIS_REPLY_STATUS) {
       locks_taken_.fetch_add(1, std::memory_order_relaxed);
-      return lock_outcome::taken;
+      return lock_result::taken;
     }
     // nil: another replica holds it. An error reply (e.g. OOM) takes no lock: compute unlocked.
-    return rep->type == REDIS_REPLY_NIL ? lock_outcome::held_by_other : lock_outcome::fault;
+    return rep->type == REDIS_REPLY_NIL ? lock_result::held_by_other : lock_result::fault;
   }
 
   // While another replica holds the lock: polls for its value (and the lock) until lock_wait has passed.
@@ -436,12 +436,12 @@ class redis_tier {
       }
       if (arr->element[1]->type == REDIS_REPLY_NIL) {
         // The holder finished without a value (it failed, or its write was refused): take over.
-        const lock_outcome o = try_lock(k);
-        if (o == lock_outcome::taken) {
+        const lock_result o = try_lock(k);
+        if (o == lock_result::taken) {
           mine = true;
           return {};
         }
-        if (o == lock_outcome::fault) return {};
+        if (o == lock_result::fault) return {};
       }
     }
     lock_wait_timeouts_.fetch_add(1, std::memory_order_relaxed);
@@ -454,7 +454,7 @@ class redis_tier {
     if (local_) {
       if (pointer p = local_->get(k)) {
         local_hits_.fetch_add(1, std::memory_order_relaxed);
-        if (opts_.ledger) opts_.ledger->record_cache_hit(opts_.tag);
+        if (opts_.ledger) opts_.ledger->record_cache_hit(opts_.feature);
         return p;
       }
     }
@@ -463,10 +463,10 @@ class redis_tier {
     misses_.fetch_add(1, std::memory_order_relaxed);
     bool locked = false;
     if (!f.faulted && opts_.redis.cross_replica_single_flight) {
-      const lock_outcome o = try_lock(k);
-      if (o == lock_outcome::taken) {
+      const lock_result o = try_lock(k);
+      if (o == lock_result::taken) {
         locked = true;
-      } else if (o == lock_outcome::held_by_other) {
+      } else if (o == lock_result::held_by_other) {
         if (pointer p = wait_for_other(k, locked)) return p;
       }
     }

@@ -7,47 +7,15 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "frugal/element_type.hpp"
 #include "frugal/namespace.hpp"
 #include "frugal/quant/activation.hpp"
 
 FRUGAL_BEGIN_NAMESPACE
 namespace cuda {
 
-/// @brief Element types of operands and outputs, spelled as the host toolkit (quant::element_type) and
-/// safetensors spell them. Kernel names keep PTX's spelling (gemm_s8s8_s32_...), as the instructions do.
-enum class dtype { f32, f16, bf16, i8, i32 };
-
-inline const char* to_string(dtype t) noexcept {
-  switch (t) {
-    case dtype::f32:
-      return "f32";
-    case dtype::f16:
-      return "f16";
-    case dtype::bf16:
-      return "bf16";
-    case dtype::i8:
-      return "i8";
-    case dtype::i32:
-      return "i32";
-  }
-  return "?";
-}
-
-inline std::size_t size_of(dtype t) noexcept {
-  switch (t) {
-    case dtype::f32:
-      return 4;
-    case dtype::f16:
-      return 2;
-    case dtype::bf16:
-      return 2;
-    case dtype::i8:
-      return 1;
-    case dtype::i32:
-      return 4;
-  }
-  return 0;
-}
+// Operand and output types are frugal::element_type; kernel names keep PTX's spelling (gemm_s8s8_s32_...), as
+// the instructions do.
 
 /// @brief The kernel and tile of the TN GEMMs: mma.sync 128×128 (8 warps) or 32×64 (4 warps, for small M or
 /// too few large tiles to fill the SMs), or the sm_90a wgmma 128×128 kernel (opt-in until checked on a GPU).
@@ -56,8 +24,8 @@ enum class gemm_tile { automatic, large, small, wgmma_sm90 };
 
 /// @brief W8A8: C = act((acc - zero_a[m]*colsum_b[n]) * scale_a[m] * scale_b[n] + bias[n]), acc = sum_k
 /// A[m][k]*B[n][k] exact in int32. A is M×K row-major int8 (activations), B is N×K row-major int8 (weights,
-/// K-major). With `c_type == dtype::i32` the raw int32 accumulators are written and the epilogue fields are
-/// ignored.
+/// K-major). With `c_type == element_type::i32` the raw int32 accumulators are written and the epilogue
+/// fields are ignored.
 struct gemm_w8a8_arguments {
   int m = 0, n = 0, k = 0;
   const std::int8_t* a = nullptr;
@@ -71,8 +39,8 @@ struct gemm_w8a8_arguments {
   const float* bias = nullptr;             ///< optional [N]
   quant::activation_kind act = quant::activation_kind::none;  ///< none, relu or gelu (tanh); not gelu_erf
   void* c = nullptr;
-  int ldc = 0;                ///< elements
-  dtype c_type = dtype::f16;  ///< f32, f16, bf16 or i32
+  int ldc = 0;                              ///< elements
+  element_type c_type = element_type::f16;  ///< f32, f16, bf16 or i32
   gemm_tile tile = gemm_tile::automatic;
 };
 
@@ -80,7 +48,7 @@ struct gemm_w8a8_arguments {
 /// every scale and the bias are optional (null means 1 or 0). A is M×K row-major, B is N×K row-major.
 struct gemm_f16_arguments {
   int m = 0, n = 0, k = 0;
-  dtype ab_type = dtype::f16;  ///< f16 or bf16, for both A and B
+  element_type ab_type = element_type::f16;  ///< f16 or bf16, for both A and B
   const void* a = nullptr;
   int lda = 0;  ///< elements; multiple of 8
   const void* b = nullptr;
@@ -92,7 +60,7 @@ struct gemm_f16_arguments {
   quant::activation_kind act = quant::activation_kind::none;  ///< none, relu or gelu (tanh); not gelu_erf
   void* c = nullptr;
   int ldc = 0;
-  dtype c_type = dtype::f16;  ///< f32, f16 or bf16
+  element_type c_type = element_type::f16;  ///< f32, f16 or bf16
   gemm_tile tile = gemm_tile::automatic;
 };
 
@@ -100,7 +68,7 @@ struct gemm_f16_arguments {
 /// row-major; W is N×K int8 row-major with symmetric per-channel float scales. Tuned for M = 1..16.
 struct gemm_w8a16_arguments {
   int m = 0, n = 0, k = 0;
-  dtype x_type = dtype::f16;  ///< f16 or bf16
+  element_type x_type = element_type::f16;  ///< f16 or bf16
   const void* x = nullptr;
   int ldx = 0;  ///< elements; multiple of 8
   const std::int8_t* w = nullptr;
@@ -110,7 +78,7 @@ struct gemm_w8a16_arguments {
   quant::activation_kind act = quant::activation_kind::none;  ///< none, relu or gelu (tanh); not gelu_erf
   void* c = nullptr;
   int ldc = 0;
-  dtype c_type = dtype::f16;  ///< f32, or the same as x_type
+  element_type c_type = element_type::f16;  ///< f32, or the same as x_type
   int split_k = 0;            ///< K slices reduced through the workspace; 0 picks one for the device
   int block_n = 0;            ///< weight rows per block, 32 or 64; 0 picks by N
   void* workspace = nullptr;  ///< get_workspace_size(args) bytes when split_k resolves to more than 1
@@ -123,7 +91,7 @@ struct gemm_w8a16_arguments {
 /// with a uint8 zero point per group. Scales are fp16, N×(K/G) row-major; zero points have the same shape.
 struct gemm_w4a16_arguments {
   int m = 0, n = 0, k = 0;
-  dtype x_type = dtype::f16;  ///< f16 or bf16
+  element_type x_type = element_type::f16;  ///< f16 or bf16
   const void* x = nullptr;
   int ldx = 0;  ///< elements; multiple of 8
   const std::uint8_t* w = nullptr;
@@ -135,7 +103,7 @@ struct gemm_w4a16_arguments {
   quant::activation_kind act = quant::activation_kind::none;  ///< none, relu or gelu (tanh); not gelu_erf
   void* c = nullptr;
   int ldc = 0;
-  dtype c_type = dtype::f16;
+  element_type c_type = element_type::f16;
   int split_k = 0;
   int block_n = 0;
   void* workspace = nullptr;
@@ -150,7 +118,7 @@ inline constexpr int quantize_rows_q_align = 8;
 /// Q[m][k] = clamp(rint(X[m][k] / scale[m]), -127, 127), rounding to nearest even, in one pass.
 struct quantize_rows_arguments {
   int m = 0, k = 0;
-  dtype x_type = dtype::f16;  ///< f16 or bf16
+  element_type x_type = element_type::f16;  ///< f16 or bf16
   const void* x = nullptr;
   int ldx = 0;  ///< elements; multiple of 8
   std::int8_t* q = nullptr;

@@ -34,8 +34,8 @@ inline money saturated_money(int128 v, currency c) {
   return money::from_nanos(static_cast<std::int64_t>(v > top ? top : v < -top ? -top : v), c);
 }
 
-// amount * part / whole. Saved time is priced this way at a tag's busy rate, and a tag with little busy
-// time and much saved time (hits priced at the average miss) can be worth more than money holds: the
+// amount * part / whole. Saved time is priced this way at a feature's busy rate, and a feature with little
+// busy time and much saved time (hits priced at the average miss) can be worth more than money holds: the
 // figure saturates, as the ledger's counters do, rather than making snapshot() throw (found by fuzz_ledger).
 inline money price_share(money amount, std::uint64_t part, std::uint64_t whole) {
   if (whole == 0) return money::from_nanos(0, amount.cur());
@@ -78,8 +78,8 @@ inline std::string fmt_ms(double ns) {
   return s.substr(0, s.find('.') + 2) + " ms";
 }
 
-// Fills the tag-level figures from counter deltas; prices come later, once per-device busy is known.
-inline void count_figures(tag_figures& t, const std::array<std::uint64_t, f_fixed_count>& c,
+// Fills the feature-level figures from counter deltas; prices come later, once per-device busy is known.
+inline void count_figures(feature_figures& t, const std::array<std::uint64_t, f_fixed_count>& c,
                           std::vector<std::uint64_t> busy_by_device, histogram_snapshot hist, currency cur) {
   using std::chrono::nanoseconds;
   t.requests = 0;
@@ -95,7 +95,7 @@ inline void count_figures(tag_figures& t, const std::array<std::uint64_t, f_fixe
   t.fill = c[f_capacity] ? double(c[f_capacity_items]) / double(c[f_capacity]) : 0;
   t.cache_hits = c[f_hits_explicit] + c[f_hits_implicit];
   t.cache_hit_ratio = t.requests ? std::min(1.0, double(t.cache_hits) / double(t.requests)) : 0;
-  // A hit without a figure saved what an average miss of this tag cost: busy time per batched item.
+  // A hit without a figure saved what an average miss of this feature cost: busy time per batched item.
   std::uint64_t implicit = c[f_items] ? static_cast<std::uint64_t>(div_half_even(
                                             int128(c[f_busy]) * c[f_hits_implicit], int128(c[f_items])))
                                       : 0;
@@ -148,10 +148,10 @@ inline ledger_snapshot derive(std::shared_ptr<const ledger_config> cfg, raw_stat
   std::vector<std::uint64_t> all_busy(nd, 0);
   histogram_snapshot all_hist;
   std::vector<money> dev_busy_cost(nd, zero);
-  s.tags.resize(now.tags.size());
-  for (std::size_t i = 0; i < now.tags.size(); ++i) {
-    const raw_tag& r = now.tags[i];
-    const raw_tag* b = base && i < base->tags.size() ? &base->tags[i] : nullptr;
+  s.features.resize(now.features.size());
+  for (std::size_t i = 0; i < now.features.size(); ++i) {
+    const raw_feature& r = now.features[i];
+    const raw_feature* b = base && i < base->features.size() ? &base->features[i] : nullptr;
     std::array<std::uint64_t, f_fixed_count> c{};
     for (std::size_t f = 0; f < f_fixed_count; ++f) c[f] = diff(r.c[f], b ? b->c[f] : 0);
     std::vector<std::uint64_t> busy(nd, 0);
@@ -160,7 +160,7 @@ inline ledger_snapshot derive(std::shared_ptr<const ledger_config> cfg, raw_stat
     for (std::size_t f = 0; f < f_fixed_count; ++f) all[f] += c[f];
     for (std::size_t d = 0; d < nd; ++d) all_busy[d] += busy[d];
     all_hist.merge(h);
-    tag_figures& t = s.tags[i];
+    feature_figures& t = s.features[i];
     t.name = r.name;
     count_figures(t, c, busy, std::move(h), k.cur);
     for (std::size_t d = 0; d < nd; ++d) {
@@ -205,10 +205,10 @@ inline ledger_snapshot derive(std::shared_ptr<const ledger_config> cfg, raw_stat
     s.idle_cost += f.idle_cost;
     fleet_busy += all_busy[d];
 
-    // Idle cost shared out; the remainder of the integer split goes to the busiest tag so shares add up.
-    std::vector<std::uint64_t> weight(s.tags.size(), 0);
-    for (std::size_t i = 0; i < s.tags.size(); ++i) {
-      const tag_figures& t = s.tags[i];
+    // Idle cost shared out; the remainder of the integer split goes to the busiest feature so shares add up.
+    std::vector<std::uint64_t> weight(s.features.size(), 0);
+    for (std::size_t i = 0; i < s.features.size(); ++i) {
+      const feature_figures& t = s.features[i];
       if (k.share == idle_sharing::by_busy)
         weight[i] = static_cast<std::uint64_t>(t.busy_by_device[d].count());
       if (k.share == idle_sharing::uniform) weight[i] = (t.requests || t.batches || t.busy.count()) ? 1 : 0;
@@ -221,24 +221,24 @@ inline ledger_snapshot derive(std::shared_ptr<const ledger_config> cfg, raw_stat
     }
     money given = zero;
     std::size_t heaviest = 0;
-    for (std::size_t i = 0; i < s.tags.size(); ++i) {
+    for (std::size_t i = 0; i < s.features.size(); ++i) {
       money share = money::from_nanos(
           static_cast<std::int64_t>(int128(f.idle_cost.nanos()) * int128(weight[i]) / int128(whole)), k.cur);
-      s.tags[i].idle_share += share;
+      s.features[i].idle_share += share;
       given += share;
       if (weight[i] > weight[heaviest]) heaviest = i;
     }
-    s.tags[heaviest].idle_share += f.idle_cost - given;
+    s.features[heaviest].idle_share += f.idle_cost - given;
   }
   s.utilization = wall && nd ? std::min(1.0, double(fleet_busy) / (double(wall) * double(nd))) : 0;
 
-  for (tag_figures& t : s.tags) {
+  for (feature_figures& t : s.features) {
     t.cost = t.busy_cost + t.idle_share;
     t.cost_per_request = t.requests ? t.cost.divided_by(static_cast<std::int64_t>(t.requests)) : zero;
     const auto busy = static_cast<std::uint64_t>(t.busy.count());
     const auto fleet_ns = wall * nd;
-    // Saved time is priced at what this tag's busy time cost per ns, or at the fleet's paid rate if it had
-    // none.
+    // Saved time is priced at what this feature's busy time cost per ns, or at the fleet's paid rate if it
+    // had none.
     auto price = [&](nanoseconds saved) {
       const auto ns = static_cast<std::uint64_t>(saved.count());
       return busy ? price_share(t.busy_cost, ns, busy) : price_share(s.total_cost, ns, fleet_ns);
@@ -249,12 +249,12 @@ inline ledger_snapshot derive(std::shared_ptr<const ledger_config> cfg, raw_stat
         t.cascade_saved_time.count() >= 0 ? price(t.cascade_saved_time) : zero - price(-t.cascade_saved_time);
   }
 
-  tag_figures& tot = s.total;
+  feature_figures& tot = s.total;
   tot.name = "total";
   count_figures(tot, all, all_busy, std::move(all_hist), k.cur);
   tot.cache_saved_time = tot.batching_saved_time = tot.cascade_saved_time = nanoseconds(0);
   tot.cascade_saved = zero;
-  for (const tag_figures& t : s.tags) {
+  for (const feature_figures& t : s.features) {
     add_saved(tot.cascade_saved, t.cascade_saved);
     tot.cascade_saved_time += t.cascade_saved_time;
     tot.busy_cost += t.busy_cost;
@@ -269,7 +269,7 @@ inline ledger_snapshot derive(std::shared_ptr<const ledger_config> cfg, raw_stat
 
   // Semantic hits are a share of the cache's hits: their saving is that share of cache_saved.
   tot.semantic_saved_time = nanoseconds(0);
-  for (tag_figures& t : s.tags) {
+  for (feature_figures& t : s.features) {
     t.semantic_saved = price_share(t.cache_saved, static_cast<std::uint64_t>(t.semantic_saved_time.count()),
                                    static_cast<std::uint64_t>(t.cache_saved_time.count()));
     add_saved(tot.semantic_saved, t.semantic_saved);
@@ -307,13 +307,13 @@ inline ledger_snapshot derive(std::shared_ptr<const ledger_config> cfg, raw_stat
              "device " + s.devices[d].name + " memory at " + fmt_pct(*r.memory_fraction) + ", over " +
                  fmt_pct(th.memory_high) + " for " + fmt_ms(double(high_for)));
     }
-    auto p99 = [&](const tag_figures& t, std::string subject) {
+    auto p99 = [&](const feature_figures& t, std::string subject) {
       if (t.latency_histogram.count && t.latency.p99 > th.p99_max)
         fire("p99_latency", subject, double(t.latency.p99.count()) / 1e9, double(th.p99_max.count()) / 1e9,
              subject + " p99 latency " + fmt_ms(double(t.latency.p99.count())) + " is over " +
                  fmt_ms(double(th.p99_max.count())));
     };
-    for (const tag_figures& t : s.tags) p99(t, "feature " + t.name);
+    for (const feature_figures& t : s.features) p99(t, "feature " + t.name);
     p99(tot, "total");
     if (s.queue && s.queue->second) {
       double r = double(s.queue->first) / double(s.queue->second);

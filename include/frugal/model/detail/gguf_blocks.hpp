@@ -15,6 +15,7 @@ FRUGAL_BEGIN_NAMESPACE
 namespace gguf {
 
 /// @brief ggml's tensor type codes, as stored in a GGUF file's tensor infos.
+// Not a frugal::element_type: most codes name a block format (scales and packed values), not an element.
 enum class ggml_type : std::uint32_t {
   f32 = 0,
   f16 = 1,

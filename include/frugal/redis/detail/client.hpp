@@ -27,6 +27,7 @@
 #include "frugal/cost/histogram.hpp"
 #include "frugal/namespace.hpp"
 #include "frugal/redis/client.hpp"
+#include "frugal/redis/errors.hpp"
 #include "frugal/redis/options.hpp"
 
 FRUGAL_BEGIN_NAMESPACE
@@ -90,12 +91,10 @@ inline timeval to_timeval(std::chrono::milliseconds d) {
 /// One command: its arguments, binary-safe.
 using redis_command = std::vector<std::string_view>;
 
-enum class redis_fault : std::uint8_t { none, skipped, timeout, connection, auth };
-
 struct redis_result {
-  redis_fault fault = redis_fault::none;
+  redis_errc fault = redis_errc::none;
   std::vector<redis_reply_ptr> replies;  // one per command when fault == none
-  explicit operator bool() const noexcept { return fault == redis_fault::none; }
+  explicit operator bool() const noexcept { return fault == redis_errc::none; }
 };
 
 // The breaker and the connections. Thread-safe: each connection is used under its own mutex; the
@@ -116,7 +115,7 @@ class redis_client {
     if (cmds.empty()) return res;
     if (!allow()) {
       skips_.fetch_add(1, std::memory_order_relaxed);
-      res.fault = redis_fault::skipped;
+      res.fault = redis_errc::skipped;
       return res;
     }
     slot& s = acquire();
@@ -154,7 +153,7 @@ class redis_client {
         const bool timed_out = s.ctx->err == REDIS_ERR_IO && (errno == EAGAIN || errno == EWOULDBLOCK);
         res.replies.clear();
         res.fault = drop(s, timed_out ? "no reply within command_timeout" : s.ctx->errstr,
-                         timed_out ? redis_fault::timeout : redis_fault::connection);
+                         timed_out ? redis_errc::timeout : redis_errc::connection);
         failed(res.fault);
         return res;
       }
@@ -225,7 +224,7 @@ class redis_client {
     return slots_[start];
   }
 
-  redis_fault connect(slot& s) {
+  redis_errc connect(slot& s) {
     const timeval ct = to_timeval(opts_.connect_timeout);
     redis_context_ptr c(opts_.unix_socket.empty()
                             ? redisConnectWithTimeout(opts_.host.c_str(), opts_.port, ct)
@@ -233,12 +232,12 @@ class redis_client {
     if (!c || c->err) {
       connection_errors_.fetch_add(1, std::memory_order_relaxed);
       note(std::string("connect failed: ") + (c ? c->errstr : "out of memory"));
-      return redis_fault::connection;
+      return redis_errc::connection;
     }
     if (redisSetTimeout(c.get(), to_timeval(opts_.command_timeout)) != REDIS_OK) {
       connection_errors_.fetch_add(1, std::memory_order_relaxed);
       note("setting command_timeout failed");
-      return redis_fault::connection;
+      return redis_errc::connection;
     }
     if (!opts_.auth.empty()) {
       std::vector<const char*> argv{"AUTH"};
@@ -256,22 +255,22 @@ class redis_client {
         const bool timed_out = errno == EAGAIN || errno == EWOULDBLOCK;
         (timed_out ? timeouts_ : connection_errors_).fetch_add(1, std::memory_order_relaxed);
         note(timed_out ? "AUTH: no reply within command_timeout" : "AUTH: connection lost");
-        return timed_out ? redis_fault::timeout : redis_fault::connection;
+        return timed_out ? redis_errc::timeout : redis_errc::connection;
       }
       if (r->type == REDIS_REPLY_ERROR) {
         // The server's words name no credential, but they are not kept either: "refused" is enough.
         auth_failures_.fetch_add(1, std::memory_order_relaxed);
         note("AUTH refused (check the user and password; they are not logged)");
-        return redis_fault::auth;
+        return redis_errc::auth;
       }
     }
     s.ctx = std::move(c);
     connects_.fetch_add(1, std::memory_order_relaxed);
-    return redis_fault::none;
+    return redis_errc::none;
   }
 
-  redis_fault drop(slot& s, std::string_view why, redis_fault f = redis_fault::connection) {
-    (f == redis_fault::timeout ? timeouts_ : connection_errors_).fetch_add(1, std::memory_order_relaxed);
+  redis_errc drop(slot& s, std::string_view why, redis_errc f = redis_errc::connection) {
+    (f == redis_errc::timeout ? timeouts_ : connection_errors_).fetch_add(1, std::memory_order_relaxed);
     note(std::string(why));
     s.ctx.reset();  // a context that timed out or broke is unusable: a later call reconnects
     return f;
@@ -310,7 +309,7 @@ class redis_client {
     backoff_ = opts_.breaker_backoff;
   }
 
-  void failed(redis_fault) {
+  void failed(redis_errc) {
     std::lock_guard lock(breaker_mutex_);
     ++failures_;
     if (state_ == breaker_state::half_open) {

@@ -6,9 +6,9 @@
 #include <cstdint>
 #include <string>
 
+#include "frugal/cuda/errors.cuh"
 #include "frugal/cuda/gemm/arguments.cuh"
 #include "frugal/cuda/gemm/kernel/epilogue.cuh"
-#include "frugal/cuda/status.cuh"
 #include "frugal/namespace.hpp"
 
 FRUGAL_BEGIN_NAMESPACE
@@ -18,26 +18,31 @@ inline bool aligned(const void* p, std::size_t bytes) {
   return reinterpret_cast<std::uintptr_t>(p) % bytes == 0;
 }
 
-inline status fail(status_code c, const char* op, const std::string& what) {
+inline status fail(cuda_errc c, const char* op, const std::string& what) {
   return make_status(c, std::string("frugal::cuda::") + op + ": " + what);
 }
 
-/// @brief C non-null, ldc >= N, and C aligned to its element type.
-inline status check_output(const char* op, const void* c, int ldc, int n, dtype t) {
-  if (c == nullptr) return fail(status_code::invalid_pointer, op, "c is null");
+inline std::size_t bytes_of(element_type t) { return static_cast<std::size_t>(element_bits(t)) / 8; }
+
+/// @brief C non-null, ldc >= N, and C aligned to its element type, which is a whole number of bytes.
+inline status check_output(const char* op, const void* c, int ldc, int n, element_type t) {
+  if (c == nullptr) return fail(cuda_errc::invalid_pointer, op, "c is null");
+  if (bytes_of(t) == 0)
+    return fail(cuda_errc::unsupported_type, op,
+                std::string("output type ") + to_string(t) + " is not supported");
   if (ldc < n)
-    return fail(status_code::invalid_problem, op,
+    return fail(cuda_errc::invalid_problem, op,
                 "ldc (" + std::to_string(ldc) + ") is smaller than N (" + std::to_string(n) + ")");
-  if (!aligned(c, size_of(t)))
-    return fail(status_code::misaligned_operand, op,
+  if (!aligned(c, bytes_of(t)))
+    return fail(cuda_errc::misaligned_operand, op,
                 std::string("c is not aligned to its element type ") + to_string(t));
   return status::ok();
 }
 
 /// @brief Whether the epilogue may store columns n, n+1 (n even) as one two-element vector: every row starts
 /// on an even element and C itself is aligned to two elements.
-inline bool pair_store_ok(const void* c, int ldc, dtype t) {
-  return ldc % 2 == 0 && aligned(c, 2 * size_of(t));
+inline bool pair_store_ok(const void* c, int ldc, element_type t) {
+  return ldc % 2 == 0 && aligned(c, 2 * bytes_of(t));
 }
 
 /// @brief The device epilogue implements none, relu and gelu (tanh); the host toolkit's gelu_erf is refused
@@ -51,7 +56,7 @@ inline status check_activation(const char* op, quant::activation_kind act) {
     case quant::activation_kind::gelu_erf:
       break;
   }
-  return fail(status_code::unsupported_activation, op,
+  return fail(cuda_errc::unsupported_activation, op,
               std::string("activation ") + quant::to_string(act) +
                   " is not implemented on the GPU (none, relu and gelu, the tanh form, are)");
 }

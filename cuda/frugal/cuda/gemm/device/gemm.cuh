@@ -17,6 +17,7 @@
 #include <mutex>
 #include <string>
 
+#include "frugal/cuda/errors.cuh"
 #include "frugal/cuda/gemm/arguments.cuh"
 #include "frugal/cuda/gemm/device/checks.cuh"
 #include "frugal/cuda/gemm/device/prepared.cuh"
@@ -24,7 +25,6 @@
 #include "frugal/cuda/gemm/kernel/gemm_tn_sm90.cuh"
 #include "frugal/cuda/gemm/kernel/quantize_rows.cuh"
 #include "frugal/cuda/gemm/kernel/weight_only_sm80.cuh"
-#include "frugal/cuda/status.cuh"
 #include "frugal/namespace.hpp"
 
 FRUGAL_BEGIN_NAMESPACE
@@ -83,7 +83,7 @@ namespace detail {
 
 inline status check_problem(const char* op, int m, int n, int k) {
   if (m <= 0 || n <= 0 || k <= 0)
-    return fail(status_code::invalid_problem, op,
+    return fail(cuda_errc::invalid_problem, op,
                 "M, N and K must be > 0 (got " + std::to_string(m) + ", " + std::to_string(n) + ", " +
                     std::to_string(k) + ")");
   return status::ok();
@@ -91,7 +91,7 @@ inline status check_problem(const char* op, int m, int n, int k) {
 
 inline status check_arch(const char* op, const device_info& dev) {
   if (dev.cc_major < 8)
-    return fail(status_code::unsupported_arch, op,
+    return fail(cuda_errc::unsupported_arch, op,
                 "needs compute capability >= 8.0 (mma.sync, cp.async), device is sm_" +
                     std::to_string(dev.cc_major * 10 + dev.cc_minor));
   return status::ok();
@@ -99,24 +99,24 @@ inline status check_arch(const char* op, const device_info& dev) {
 
 // ld >= k, ld a multiple of `mult` elements, pointer aligned to 16 bytes.
 inline status check_operand(const char* op, const char* name, const void* p, int ld, int cols, int mult) {
-  if (p == nullptr) return fail(status_code::invalid_pointer, op, std::string(name) + " is null");
+  if (p == nullptr) return fail(cuda_errc::invalid_pointer, op, std::string(name) + " is null");
   if (ld < cols)
-    return fail(status_code::invalid_problem, op,
+    return fail(cuda_errc::invalid_problem, op,
                 std::string("ld") + name + " (" + std::to_string(ld) + ") is smaller than its row length (" +
                     std::to_string(cols) + ")");
   if (ld % mult != 0)
-    return fail(status_code::misaligned_operand, op,
+    return fail(cuda_errc::misaligned_operand, op,
                 std::string("ld") + name + " (" + std::to_string(ld) + ") must be a multiple of " +
                     std::to_string(mult));
   if (!aligned(p, 16))
-    return fail(status_code::misaligned_operand, op, std::string(name) + " must be 16-byte aligned");
+    return fail(cuda_errc::misaligned_operand, op, std::string(name) + " must be 16-byte aligned");
   return status::ok();
 }
 
 inline status check_tile(const char* op, gemm_tile t, const device_info& dev) {
   if (t == gemm_tile::wgmma_sm90 && !(dev.cc_major == 9 && dev.cc_minor == 0))
     return fail(
-        status_code::unsupported_arch, op,
+        cuda_errc::unsupported_arch, op,
         "the wgmma tile needs sm_90a, device is sm_" + std::to_string(dev.cc_major * 10 + dev.cc_minor));
   return status::ok();
 }
@@ -126,7 +126,7 @@ inline status check_launch_image(const char* op, const void* kernel) {
   cudaError_t e = cudaFuncGetAttributes(&attr, kernel);
   if (e != cudaSuccess) {
     (void)cudaGetLastError();
-    return fail(status_code::unsupported_arch, op,
+    return fail(cuda_errc::unsupported_arch, op,
                 std::string("no kernel image for this device in this build (") + cudaGetErrorString(e) + ")");
   }
   return status::ok();
@@ -141,7 +141,7 @@ inline status prepare_tn(const char* op, Kernel kernel, int dev) {
       !s)
     return s;
   if (optin < Cfg::smem_bytes)
-    return fail(status_code::unsupported_arch, op,
+    return fail(cuda_errc::unsupported_arch, op,
                 "needs " + std::to_string(Cfg::smem_bytes) +
                     " bytes of shared memory per block, the device allows " + std::to_string(optin) +
                     "; use gemm_tile::small");
@@ -162,7 +162,7 @@ inline status launch_tn(const char* op, Kernel kernel, const kernel::gemm_tn_par
       !s)
     return s;
   const dim3 grid((p.n + Cfg::BN - 1) / Cfg::BN, (p.m + Cfg::BM - 1) / Cfg::BM);
-  if (grid.y > 65535u) return fail(status_code::invalid_problem, op, "M is too large for the grid");
+  if (grid.y > 65535u) return fail(cuda_errc::invalid_problem, op, "M is too large for the grid");
   kernel<<<grid, Cfg::threads, Cfg::smem_bytes, stream>>>(p);
   return launch_status(op);
 }
@@ -186,22 +186,23 @@ inline gemm_tile selected_tile(const Args& a, const device_info& dev) {
 /// @brief Whether gemm_w8a8 can run `args` on a device like `dev`.
 inline status can_implement(const gemm_w8a8_arguments& a, const device_info& dev) {
   constexpr const char* op = "gemm_w8a8";
-  if (a.c_type != dtype::f32 && a.c_type != dtype::f16 && a.c_type != dtype::bf16 && a.c_type != dtype::i32)
-    return detail::fail(status_code::unsupported_type, op,
+  if (a.c_type != element_type::f32 && a.c_type != element_type::f16 && a.c_type != element_type::bf16 &&
+      a.c_type != element_type::i32)
+    return detail::fail(cuda_errc::unsupported_type, op,
                         std::string("output type ") + to_string(a.c_type) + " is not f32, f16, bf16 or i32");
   if (auto s = detail::check_problem(op, a.m, a.n, a.k); !s) return s;
   if (a.k % 16 != 0)
-    return detail::fail(status_code::invalid_k, op,
+    return detail::fail(cuda_errc::invalid_k, op,
                         "K (" + std::to_string(a.k) + ") must be a multiple of 16; pad K with zeros");
   if (auto s = detail::check_operand(op, "a", a.a, a.lda, a.k, 16); !s) return s;
   if (auto s = detail::check_operand(op, "b", a.b, a.ldb, a.k, 16); !s) return s;
   if (auto s = detail::check_output(op, a.c, a.ldc, a.n, a.c_type); !s) return s;
-  if (a.c_type != dtype::i32) {
+  if (a.c_type != element_type::i32) {
     if (auto s = detail::check_activation(op, a.act); !s) return s;
-    if (a.scale_a == nullptr) return detail::fail(status_code::invalid_pointer, op, "scale_a is null");
-    if (a.scale_b == nullptr) return detail::fail(status_code::invalid_pointer, op, "scale_b is null");
+    if (a.scale_a == nullptr) return detail::fail(cuda_errc::invalid_pointer, op, "scale_a is null");
+    if (a.scale_b == nullptr) return detail::fail(cuda_errc::invalid_pointer, op, "scale_b is null");
     if (a.zero_a != nullptr && a.colsum_b == nullptr)
-      return detail::fail(status_code::invalid_pointer, op, "zero_a is set but colsum_b is null");
+      return detail::fail(cuda_errc::invalid_pointer, op, "zero_a is set but colsum_b is null");
   }
   if (auto s = detail::check_tile(op, a.tile, dev); !s) return s;
   return detail::check_arch(op, dev);
@@ -210,15 +211,15 @@ inline status can_implement(const gemm_w8a8_arguments& a, const device_info& dev
 /// @brief Whether gemm_f16 can run `args` on a device like `dev`.
 inline status can_implement(const gemm_f16_arguments& a, const device_info& dev) {
   constexpr const char* op = "gemm_f16";
-  if (a.ab_type != dtype::f16 && a.ab_type != dtype::bf16)
-    return detail::fail(status_code::unsupported_type, op,
+  if (a.ab_type != element_type::f16 && a.ab_type != element_type::bf16)
+    return detail::fail(cuda_errc::unsupported_type, op,
                         std::string("input type ") + to_string(a.ab_type) + " is not f16 or bf16");
-  if (a.c_type != dtype::f32 && a.c_type != dtype::f16 && a.c_type != dtype::bf16)
-    return detail::fail(status_code::unsupported_type, op,
+  if (a.c_type != element_type::f32 && a.c_type != element_type::f16 && a.c_type != element_type::bf16)
+    return detail::fail(cuda_errc::unsupported_type, op,
                         std::string("output type ") + to_string(a.c_type) + " is not f32, f16 or bf16");
   if (auto s = detail::check_problem(op, a.m, a.n, a.k); !s) return s;
   if (a.k % 8 != 0)
-    return detail::fail(status_code::invalid_k, op,
+    return detail::fail(cuda_errc::invalid_k, op,
                         "K (" + std::to_string(a.k) + ") must be a multiple of 8; pad K with zeros");
   if (auto s = detail::check_operand(op, "a", a.a, a.lda, a.k, 8); !s) return s;
   if (auto s = detail::check_operand(op, "b", a.b, a.ldb, a.k, 8); !s) return s;
@@ -231,17 +232,17 @@ inline status can_implement(const gemm_f16_arguments& a, const device_info& dev)
 namespace detail {
 template <class Args>
 inline status check_weight_only_common(const char* op, const Args& a) {
-  if (a.x_type != dtype::f16 && a.x_type != dtype::bf16)
-    return fail(status_code::unsupported_type, op,
+  if (a.x_type != element_type::f16 && a.x_type != element_type::bf16)
+    return fail(cuda_errc::unsupported_type, op,
                 std::string("activation type ") + to_string(a.x_type) + " is not f16 or bf16");
-  if (a.c_type != dtype::f32 && a.c_type != a.x_type)
-    return fail(status_code::unsupported_type, op,
+  if (a.c_type != element_type::f32 && a.c_type != a.x_type)
+    return fail(cuda_errc::unsupported_type, op,
                 std::string("output type ") + to_string(a.c_type) + " must be f32 or the activation type " +
                     to_string(a.x_type));
   if (auto s = check_problem(op, a.m, a.n, a.k); !s) return s;
-  if (a.split_k < 0) return fail(status_code::invalid_problem, op, "split_k must be >= 0 (0 picks one)");
+  if (a.split_k < 0) return fail(cuda_errc::invalid_problem, op, "split_k must be >= 0 (0 picks one)");
   if (a.block_n != 0 && a.block_n != 32 && a.block_n != 64)
-    return fail(status_code::invalid_problem, op,
+    return fail(cuda_errc::invalid_problem, op,
                 "block_n " + std::to_string(a.block_n) + " is not 32 or 64 (0 picks one)");
   return check_activation(op, a.act);
 }
@@ -289,12 +290,12 @@ namespace detail {
 // What W8A16 and W4A16 check after their weights: scales, output, architecture and split-K workspace.
 template <class Args>
 status check_weight_only_tail(const char* op, const Args& a, const device_info& dev) {
-  if (a.scale == nullptr) return fail(status_code::invalid_pointer, op, "scale is null");
+  if (a.scale == nullptr) return fail(cuda_errc::invalid_pointer, op, "scale is null");
   if (auto s = check_output(op, a.c, a.ldc, a.n, a.c_type); !s) return s;
   if (auto s = check_arch(op, dev); !s) return s;
   const std::size_t need = get_workspace_size(a, dev);
   if (need > 0 && (a.workspace == nullptr || a.workspace_bytes < need))
-    return fail(status_code::workspace_too_small, op,
+    return fail(cuda_errc::workspace_too_small, op,
                 "split-K needs " + std::to_string(need) + " bytes of workspace, got " +
                     std::to_string(a.workspace_bytes));
   return status::ok();
@@ -306,8 +307,7 @@ inline status can_implement(const gemm_w8a16_arguments& a, const device_info& de
   constexpr const char* op = "gemm_w8a16";
   if (auto s = detail::check_weight_only_common(op, a); !s) return s;
   if (a.k % 16 != 0)
-    return detail::fail(status_code::invalid_k, op,
-                        "K (" + std::to_string(a.k) + ") must be a multiple of 16");
+    return detail::fail(cuda_errc::invalid_k, op, "K (" + std::to_string(a.k) + ") must be a multiple of 16");
   if (auto s = detail::check_operand(op, "x", a.x, a.ldx, a.k, 8); !s) return s;
   if (auto s = detail::check_operand(op, "w", a.w, a.ldw, a.k, 16); !s) return s;
   return detail::check_weight_only_tail(op, a, dev);
@@ -318,10 +318,10 @@ inline status can_implement(const gemm_w4a16_arguments& a, const device_info& de
   constexpr const char* op = "gemm_w4a16";
   if (auto s = detail::check_weight_only_common(op, a); !s) return s;
   if (a.group_size != 32 && a.group_size != 64 && a.group_size != 128)
-    return detail::fail(status_code::unsupported_group, op,
+    return detail::fail(cuda_errc::unsupported_group, op,
                         "group_size " + std::to_string(a.group_size) + " is not 32, 64 or 128");
   if (a.k % a.group_size != 0)
-    return detail::fail(status_code::unsupported_group, op,
+    return detail::fail(cuda_errc::unsupported_group, op,
                         "K (" + std::to_string(a.k) + ") must be a multiple of group_size (" +
                             std::to_string(a.group_size) + ")");
   if (auto s = detail::check_operand(op, "x", a.x, a.ldx, a.k, 8); !s) return s;
@@ -332,23 +332,22 @@ inline status can_implement(const gemm_w4a16_arguments& a, const device_info& de
 /// @brief Whether quantize_rows can run `args` on a device like `dev`.
 inline status can_implement(const quantize_rows_arguments& a, const device_info& dev) {
   constexpr const char* op = "quantize_rows";
-  if (a.x_type != dtype::f16 && a.x_type != dtype::bf16)
-    return detail::fail(status_code::unsupported_type, op,
+  if (a.x_type != element_type::f16 && a.x_type != element_type::bf16)
+    return detail::fail(cuda_errc::unsupported_type, op,
                         std::string("input type ") + to_string(a.x_type) + " is not f16 or bf16");
   if (a.m <= 0 || a.k <= 0)
-    return detail::fail(status_code::invalid_problem, op,
+    return detail::fail(cuda_errc::invalid_problem, op,
                         "M and K must be > 0 (got " + std::to_string(a.m) + ", " + std::to_string(a.k) + ")");
   if (a.k % 8 != 0)
-    return detail::fail(status_code::invalid_k, op,
-                        "K (" + std::to_string(a.k) + ") must be a multiple of 8");
+    return detail::fail(cuda_errc::invalid_k, op, "K (" + std::to_string(a.k) + ") must be a multiple of 8");
   if (auto s = detail::check_operand(op, "x", a.x, a.ldx, a.k, 8); !s) return s;
-  if (a.q == nullptr) return detail::fail(status_code::invalid_pointer, op, "q is null");
+  if (a.q == nullptr) return detail::fail(cuda_errc::invalid_pointer, op, "q is null");
   if (a.ldq < a.k || a.ldq % quantize_rows_q_align != 0 || !detail::aligned(a.q, quantize_rows_q_align))
-    return detail::fail(status_code::misaligned_operand, op,
+    return detail::fail(cuda_errc::misaligned_operand, op,
                         "q must be " + std::to_string(quantize_rows_q_align) +
                             "-byte aligned with ldq >= K and a multiple of " +
                             std::to_string(quantize_rows_q_align));
-  if (a.scale == nullptr) return detail::fail(status_code::invalid_pointer, op, "scale is null");
+  if (a.scale == nullptr) return detail::fail(cuda_errc::invalid_pointer, op, "scale is null");
   return detail::check_arch(op, dev);
 }
 
@@ -423,14 +422,14 @@ inline status run(const gemm_f16_arguments& a, cudaStream_t stream = nullptr) {
           .c_type = a.c_type,
           .pair_store = detail::pair_store_ok(a.c, a.ldc, a.c_type)};
   if (selected_tile(a, dev) == gemm_tile::wgmma_sm90) {
-    if (a.ab_type == dtype::bf16)
+    if (a.ab_type == element_type::bf16)
       return detail::launch_tn<kernel::tile_sm90>("gemm_bf16bf16_f32_wgmma_sm90a",
                                                   kernel::gemm_bf16bf16_f32_wgmma_sm90a<>, p, stream);
     return detail::launch_tn<kernel::tile_sm90>("gemm_f16f16_f32_wgmma_sm90a",
                                                 kernel::gemm_f16f16_f32_wgmma_sm90a<>, p, stream);
   }
   const bool small = selected_tile(a, dev) == gemm_tile::small;
-  if (a.ab_type == dtype::bf16) {
+  if (a.ab_type == element_type::bf16) {
     if (small) {
       using C = kernel::tile_small;
       return detail::launch_tn<C>("gemm_bf16bf16_f32_tensorop_sm80<32x64>",
@@ -467,7 +466,7 @@ inline status launch_weight_only(const char* op, const kernel::weight_only_param
   const void* k = weight_only_kernel<Int4, NTiles, X>();
   if (auto s = prepared_registry().ensure(k, dev, [&] { return check_launch_image(op, k); }); !s) return s;
   const dim3 grid((p.n + cfg::block_n - 1) / cfg::block_n, p.splits, (p.m + 15) / 16);
-  if (grid.z > 65535u) return fail(status_code::invalid_problem, op, "M is too large for the grid");
+  if (grid.z > 65535u) return fail(cuda_errc::invalid_problem, op, "M is too large for the grid");
   if constexpr (Int4)
     kernel::gemm_w4a16_tensorop_sm80<X, NTiles><<<grid, cfg::threads, 0, stream>>>(p);
   else
@@ -496,7 +495,7 @@ inline status run_weight_only(const char* op, const Args& a, kernel::weight_only
           .ldc = a.ldc,
           .c_type = a.c_type,
           .pair_store = false};
-  const bool bf16 = a.x_type == dtype::bf16;
+  const bool bf16 = a.x_type == element_type::bf16;
   status s;
   if (block_n == 64)
     s = bf16 ? launch_weight_only<Int4, 8, __nv_bfloat16>(op, p, stream)
@@ -557,7 +556,7 @@ inline status run(const quantize_rows_arguments& a, cudaStream_t stream = nullpt
   if (auto s = query_device(dev); !s) return s;
   if (auto s = can_implement(a, dev); !s) return s;
   const kernel::quantize_rows_params p{a.x, a.ldx, a.q, a.ldq, a.scale, a.m, a.k};
-  if (a.x_type == dtype::bf16)
+  if (a.x_type == element_type::bf16)
     kernel::quantize_rows_s8_sm80<__nv_bfloat16><<<a.m, 256, 0, stream>>>(p);
   else
     kernel::quantize_rows_s8_sm80<__half><<<a.m, 256, 0, stream>>>(p);

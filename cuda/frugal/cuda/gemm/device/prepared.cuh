@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "frugal/cuda/status.cuh"
+#include "frugal/cuda/errors.cuh"
 #include "frugal/namespace.hpp"
 
 FRUGAL_BEGIN_NAMESPACE

@@ -26,7 +26,7 @@ struct epilogue_params {
   quant::activation_kind act = quant::activation_kind::none;
   void* c = nullptr;
   int ldc = 0;
-  dtype c_type = dtype::f16;
+  element_type c_type = element_type::f16;
   bool pair_store = false;  // ldc and c allow storing two adjacent columns at once
 };
 
@@ -61,7 +61,7 @@ __device__ __forceinline__ void store_pair(const epilogue_params& p, int m, int 
   const std::size_t off = static_cast<std::size_t>(m) * p.ldc + n;
   const bool both = n + 1 < N;
   switch (p.c_type) {
-    case dtype::f32: {
+    case element_type::f32: {
       float* c = static_cast<float*>(p.c) + off;
       if (both && p.pair_store) {
         *reinterpret_cast<float2*>(c) = make_float2(v0, v1);
@@ -71,7 +71,7 @@ __device__ __forceinline__ void store_pair(const epilogue_params& p, int m, int 
       }
       break;
     }
-    case dtype::bf16: {
+    case element_type::bf16: {
       __nv_bfloat16* c = static_cast<__nv_bfloat16*>(p.c) + off;
       if (both && p.pair_store) {
         *reinterpret_cast<__nv_bfloat162*>(c) = __floats2bfloat162_rn(v0, v1);
@@ -97,10 +97,10 @@ __device__ __forceinline__ void store_pair(const epilogue_params& p, int m, int 
 __device__ __forceinline__ void store_one(const epilogue_params& p, int m, int n, float v) {
   const std::size_t off = static_cast<std::size_t>(m) * p.ldc + n;
   switch (p.c_type) {
-    case dtype::f32:
+    case element_type::f32:
       static_cast<float*>(p.c)[off] = v;
       break;
-    case dtype::bf16:
+    case element_type::bf16:
       static_cast<__nv_bfloat16*>(p.c)[off] = __float2bfloat16_rn(v);
       break;
     default:

@@ -196,7 +196,7 @@ __device__ __forceinline__ void gemm_tn_body(const gemm_tn_params& p) {
         if (m >= p.m) continue;
         const acc_t v0 = acc[i][j][2 * h], v1 = acc[i][j][2 * h + 1];
         if constexpr (std::is_same_v<acc_t, int>) {
-          if (p.ep.c_type == dtype::i32) {
+          if (p.ep.c_type == element_type::i32) {
             store_pair_s32(p.ep, m, n, p.n, v0, v1);
             continue;
           }

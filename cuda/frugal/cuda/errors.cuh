@@ -8,10 +8,10 @@
 #include "frugal/namespace.hpp"
 
 FRUGAL_BEGIN_NAMESPACE
-namespace cuda {
 
-/// @brief Why an operation cannot run, or did not run; `success` when it did.
-enum class status_code {
+/// @brief Why a CUDA operation cannot run, or did not run; `success` when it did. CUDA code returns it inside
+/// a cuda::status rather than throwing.
+enum class cuda_errc {
   success,
   invalid_problem,         ///< M, N or K out of range
   invalid_pointer,         ///< a required pointer is null
@@ -26,51 +26,53 @@ enum class status_code {
   cublas_error,            ///< a cuBLASLt call failed or found no algorithm
 };
 
-/// @brief The name of a status code, e.g. "misaligned_operand".
-inline const char* to_string(status_code c) noexcept {
+/// @brief The name of a code, e.g. "misaligned_operand".
+inline const char* to_string(cuda_errc c) noexcept {
   switch (c) {
-    case status_code::success:
+    case cuda_errc::success:
       return "success";
-    case status_code::invalid_problem:
+    case cuda_errc::invalid_problem:
       return "invalid_problem";
-    case status_code::invalid_pointer:
+    case cuda_errc::invalid_pointer:
       return "invalid_pointer";
-    case status_code::misaligned_operand:
+    case cuda_errc::misaligned_operand:
       return "misaligned_operand";
-    case status_code::invalid_k:
+    case cuda_errc::invalid_k:
       return "invalid_k";
-    case status_code::unsupported_group:
+    case cuda_errc::unsupported_group:
       return "unsupported_group";
-    case status_code::unsupported_type:
+    case cuda_errc::unsupported_type:
       return "unsupported_type";
-    case status_code::unsupported_activation:
+    case cuda_errc::unsupported_activation:
       return "unsupported_activation";
-    case status_code::unsupported_arch:
+    case cuda_errc::unsupported_arch:
       return "unsupported_arch";
-    case status_code::workspace_too_small:
+    case cuda_errc::workspace_too_small:
       return "workspace_too_small";
-    case status_code::cuda_error:
+    case cuda_errc::cuda_error:
       return "cuda_error";
-    case status_code::cublas_error:
+    case cuda_errc::cublas_error:
       return "cublas_error";
   }
   return "unknown";
 }
 
+namespace cuda {
+
 /// @brief The outcome of can_implement() or run(): a code and a readable message; true on success.
 struct status {
-  status_code code = status_code::success;
+  cuda_errc code = cuda_errc::success;
   std::string message;
 
   static status ok() { return {}; }
-  explicit operator bool() const noexcept { return code == status_code::success; }
+  explicit operator bool() const noexcept { return code == cuda_errc::success; }
   /// @brief "code: message", for logs and test failures.
   std::string str() const {
     return message.empty() ? to_string(code) : std::string(to_string(code)) + ": " + message;
   }
 };
 
-inline status make_status(status_code code, std::string message) { return {code, std::move(message)}; }
+inline status make_status(cuda_errc code, std::string message) { return {code, std::move(message)}; }
 
 /// @brief A status from a CUDA runtime error; `what` names the call that failed. The error, now reported, is
 /// cleared from the thread's last error (a non-sticky one; sticky ones stay), so that the next
@@ -78,7 +80,7 @@ inline status make_status(status_code code, std::string message) { return {code,
 inline status cuda_status(cudaError_t e, const char* what) {
   if (e == cudaSuccess) return status::ok();
   (void)cudaGetLastError();
-  return make_status(status_code::cuda_error, std::string(what) + ": " + cudaGetErrorString(e));
+  return make_status(cuda_errc::cuda_error, std::string(what) + ": " + cudaGetErrorString(e));
 }
 
 /// @brief The status of the launch just made: cudaGetLastError() after every launch, which also clears it.
