@@ -1,5 +1,6 @@
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -241,7 +242,8 @@ class basic_batch {
       c.f_abandoned += f_.counts.abandoned;
       c.f_mismatch += f_.counts.mismatch;
       ++c.finished_batches;
-      c.run_time_sum = saturating_add_ns(c.run_time_sum, run_time.count());
+      c.run_time_sum =
+          frugal::detail::saturating_add(c.run_time_sum, std::max<std::int64_t>(run_time.count(), 0));
       for (std::size_t i = 0; i < b.arrival.size(); ++i) {
         c.queue_wait.record(elapsed_ns(b.arrival[i], f_.handed_out).count());
         if (b.latency[i] >= 0 && b.state[i] != request_state::counted) c.end_to_end.record(b.latency[i]);

@@ -4,13 +4,7 @@
 // tensor's dtype, shape and byte range, then the data. The header is parsed with nlohmann-json and the
 // file is mmapped. Target frugal::safetensors (needs nlohmann-json); the core frugal::frugal does not.
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -24,6 +18,7 @@
 #include <vector>
 
 #include "frugal/element_type.hpp"
+#include "frugal/model/detail/mapped_file.hpp"
 #include "frugal/namespace.hpp"
 #include "frugal/quant/types.hpp"
 
@@ -203,47 +198,15 @@ inline std::map<std::string, tensor_view> parse(std::span<const std::byte> bytes
 class file {
  public:
   /// @brief Opens and checks @p path; throws safetensors::error naming the file for any defect.
-  explicit file(const std::string& path) : label_(path) {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) throw error("frugal::safetensors: " + path + ": cannot open: " + std::strerror(errno));
-    struct stat st {};
-    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-      ::close(fd);
-      throw error("frugal::safetensors: " + path + ": not a regular file");
-    }
-    size_ = static_cast<std::size_t>(st.st_size);
-    if (size_ > 0) {
-      void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
-      ::close(fd);
-      if (p == MAP_FAILED)
-        throw error("frugal::safetensors: " + path + ": mmap failed: " + std::strerror(errno));
-      map_ = p;
-    } else {
-      ::close(fd);
-    }
-    try {
-      tensors_ = detail::parse({static_cast<const std::byte*>(map_), size_}, label_, &metadata_);
-    } catch (...) {
-      unmap();
-      throw;
-    }
+  explicit file(const std::string& path)
+      : label_(path), map_(model::detail::mapped_file::open<error>(path, "frugal::safetensors")) {
+    tensors_ = detail::parse(map_.bytes(), label_, &metadata_);
   }
   /// @brief Checks an in-memory image (kept by the caller for the file's lifetime); @p label names it in
   /// errors.
   file(std::span<const std::byte> image, std::string label) : label_(std::move(label)) {
     tensors_ = detail::parse(image, label_, &metadata_);
   }
-  file(const file&) = delete;
-  file& operator=(const file&) = delete;
-  file(file&& o) noexcept { swap(o); }
-  file& operator=(file&& o) noexcept {
-    if (this != &o) {
-      unmap();
-      swap(o);
-    }
-    return *this;
-  }
-  ~file() { unmap(); }
 
   const std::string& path() const noexcept { return label_; }
   bool contains(const std::string& name) const { return tensors_.count(name) != 0; }
@@ -291,20 +254,8 @@ class file {
   }
 
  private:
-  void unmap() noexcept {
-    if (map_) ::munmap(map_, size_);
-    map_ = nullptr;
-  }
-  void swap(file& o) noexcept {
-    std::swap(label_, o.label_);
-    std::swap(map_, o.map_);
-    std::swap(size_, o.size_);
-    std::swap(tensors_, o.tensors_);
-    std::swap(metadata_, o.metadata_);
-  }
   std::string label_;
-  void* map_ = nullptr;
-  std::size_t size_ = 0;
+  model::detail::mapped_file map_;
   std::map<std::string, tensor_view> tensors_;
   nlohmann::json metadata_ = nlohmann::json::object();
 };

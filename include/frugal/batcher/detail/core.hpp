@@ -47,13 +47,6 @@ inline void lock_briefly_spinning(std::unique_lock<std::mutex>& lk) {
   lk.lock();
 }
 
-// a + b for a run-time sum: saturates at the maximum (a signed overflow is UB, and a wrapped sum made
-// every later mean wrong); a negative duration counts as 0.
-inline std::int64_t saturating_add_ns(std::int64_t a, std::int64_t b) noexcept {
-  if (b <= 0) return a;
-  return a > std::numeric_limits<std::int64_t>::max() - b ? std::numeric_limits<std::int64_t>::max() : a + b;
-}
-
 // The largest allowed size <= max_batch: the most a batch may take.
 inline std::size_t effective_cap(const batcher_options& o) {
   if (o.allowed_sizes.empty()) return o.max_batch;
