@@ -19,8 +19,9 @@ FRUGAL_BEGIN_NAMESPACE
 
 /// @brief The query side of kv_attention.
 struct kv_attention_options {
-  std::size_t heads = 0;  ///< query heads H, a multiple of the cache's kv_heads: head h reads kv head h / (H / kv_heads)
-  float scale = 0.0f;     ///< 0: 1 / sqrt(head_dim)
+  std::size_t heads =
+      0;  ///< query heads H, a multiple of the cache's kv_heads: head h reads kv head h / (H / kv_heads)
+  float scale = 0.0f;  ///< 0: 1 / sqrt(head_dim)
   /// The heads [head_begin, head_end) to compute (head_end 0: all), so that callers can split one call's
   /// heads across threads; a head's result does not depend on the split.
   std::size_t head_begin = 0;
@@ -48,28 +49,33 @@ inline void kv_attention(const kv_cache& cache, kv_sequence_id seq, std::size_t 
                          std::span<const float> q, std::span<float> out, const kv_attention_options& opts) {
   const kv_cache_options& o = cache.options();
   const std::size_t H = opts.heads, Hkv = o.kv_heads, D = o.head_dim, B = o.block_tokens;
-  const auto fail = [](kv_errc c, const std::string& what) { return kv_error(c, "frugal::kv_attention: " + what); };
+  const auto fail = [](kv_errc c, const std::string& what) {
+    return kv_error(c, "frugal::kv_attention: " + what);
+  };
   if (H == 0 || H % Hkv != 0)
-    throw fail(kv_errc::bad_shape, "options.heads " + std::to_string(H) + " is not a positive multiple of kv_heads " +
-                                       std::to_string(Hkv));
+    throw fail(kv_errc::bad_shape, "options.heads " + std::to_string(H) +
+                                       " is not a positive multiple of kv_heads " + std::to_string(Hkv));
   const std::size_t head_end = opts.head_end == 0 ? H : opts.head_end;
   if (opts.head_begin >= head_end || head_end > H)
-    throw fail(kv_errc::bad_shape, "options.head_begin " + std::to_string(opts.head_begin) + " and head_end " +
-                                       std::to_string(opts.head_end) + " do not give a non-empty range of the " +
-                                       std::to_string(H) + " heads");
+    throw fail(kv_errc::bad_shape, "options.head_begin " + std::to_string(opts.head_begin) +
+                                       " and head_end " + std::to_string(opts.head_end) +
+                                       " do not give a non-empty range of the " + std::to_string(H) +
+                                       " heads");
   if (layer >= o.layers)
     throw fail(kv_errc::bad_shape,
                "layer " + std::to_string(layer) + " is not below options.layers " + std::to_string(o.layers));
   const std::size_t row = H * D;
   if (q.empty() || q.size() % row != 0 || out.size() != q.size())
-    throw fail(kv_errc::bad_shape, "q has " + std::to_string(q.size()) + " and out " + std::to_string(out.size()) +
-                                       " elements; both must be the same positive multiple of heads * head_dim = " +
-                                       std::to_string(row));
+    throw fail(kv_errc::bad_shape,
+               "q has " + std::to_string(q.size()) + " and out " + std::to_string(out.size()) +
+                   " elements; both must be the same positive multiple of heads * head_dim = " +
+                   std::to_string(row));
   const std::size_t n = q.size() / row;
   const std::size_t len = cache.length(seq);
   if (first_pos + n > len)
-    throw fail(kv_errc::bad_position, "positions [" + std::to_string(first_pos) + ", " + std::to_string(first_pos + n) +
-                                          ") are not all within the sequence's " + std::to_string(len) + " tokens");
+    throw fail(kv_errc::bad_position,
+               "positions [" + std::to_string(first_pos) + ", " + std::to_string(first_pos + n) +
+                   ") are not all within the sequence's " + std::to_string(len) + " tokens");
   const float scale = opts.scale != 0.0f ? opts.scale : 1.0f / std::sqrt(static_cast<float>(D));
   const auto level = quant::detail::resolve_float_level(opts.path, "frugal::kv_attention");
 
@@ -85,7 +91,8 @@ inline void kv_attention(const kv_cache& cache, kv_sequence_id seq, std::size_t 
       const float* qh = q.data() + (i * H + h) * D;
       const std::size_t head_off = (h / group) * B * D;
       for (std::size_t t0 = 0; t0 < count; t0 += B)
-        k.scores(qh, cache.keys(layer, table[t0 / B]) + head_off, std::min(B, count - t0), D, scale, s.data() + t0);
+        k.scores(qh, cache.keys(layer, table[t0 / B]) + head_off, std::min(B, count - t0), D, scale,
+                 s.data() + t0);
       float m = -std::numeric_limits<float>::infinity();
       for (std::size_t t = 0; t < count; ++t) m = std::max(m, s[t]);
       double sum = 0.0;
@@ -95,7 +102,8 @@ inline void kv_attention(const kv_cache& cache, kv_sequence_id seq, std::size_t 
       }
       std::fill(acc.begin(), acc.end(), 0.0f);
       for (std::size_t t0 = 0; t0 < count; t0 += B)
-        k.accumulate(acc.data(), s.data() + t0, cache.values(layer, table[t0 / B]) + head_off, std::min(B, count - t0), D);
+        k.accumulate(acc.data(), s.data() + t0, cache.values(layer, table[t0 / B]) + head_off,
+                     std::min(B, count - t0), D);
       const float denom = static_cast<float>(sum);
       float* oh = out.data() + (i * H + h) * D;
       for (std::size_t d = 0; d < D; ++d) oh[d] = acc[d] / denom;

@@ -57,28 +57,29 @@ struct kv_open_result {
 /// @brief An append's outcome. On out_of_blocks nothing changed: free or preempt a sequence and retry.
 struct [[nodiscard]] kv_append_result {
   bool ok = true;
-  kv_errc error{};                    ///< kv_errc::out_of_blocks when !ok
-  std::size_t blocks_needed = 0;      ///< new blocks the append took (ok) or would have taken, copies included
-  std::size_t blocks_available = 0;   ///< free and evictable blocks before the append
+  kv_errc error{};                   ///< kv_errc::out_of_blocks when !ok
+  std::size_t blocks_needed = 0;     ///< new blocks the append took (ok) or would have taken, copies included
+  std::size_t blocks_available = 0;  ///< free and evictable blocks before the append
   explicit operator bool() const noexcept { return ok; }
 };
 
 /// @brief A snapshot of a kv_cache (kv_cache::stats).
 struct kv_cache_stats {
   std::size_t block_tokens = 0;
-  std::size_t block_bytes = 0;         ///< K and V of one block, all layers
+  std::size_t block_bytes = 0;  ///< K and V of one block, all layers
   std::size_t blocks_total = 0;
-  std::size_t blocks_used = 0;         ///< referenced by a sequence
-  std::size_t blocks_cached = 0;       ///< unreferenced, keyed: reusable by a prefix hit, evictable
-  std::size_t blocks_free = 0;         ///< unreferenced, no key
-  std::size_t bytes_total = 0;         ///< blocks_total * block_bytes
-  std::size_t bytes_used = 0;          ///< blocks_used * block_bytes
-  std::size_t sequences = 0;           ///< open sequences
-  std::size_t sequence_tokens = 0;     ///< the open sequences' lengths summed (shared tokens counted per sequence)
-  std::size_t stored_tokens = 0;       ///< tokens in the used blocks, each shared block once
-  std::uint64_t appended_tokens = 0;   ///< tokens appended since construction
-  std::uint64_t cow_copies = 0;        ///< shared partial blocks copied before an append
-  std::uint64_t evictions = 0;         ///< cached blocks taken for new tokens
+  std::size_t blocks_used = 0;    ///< referenced by a sequence
+  std::size_t blocks_cached = 0;  ///< unreferenced, keyed: reusable by a prefix hit, evictable
+  std::size_t blocks_free = 0;    ///< unreferenced, no key
+  std::size_t bytes_total = 0;    ///< blocks_total * block_bytes
+  std::size_t bytes_used = 0;     ///< blocks_used * block_bytes
+  std::size_t sequences = 0;      ///< open sequences
+  std::size_t sequence_tokens =
+      0;                          ///< the open sequences' lengths summed (shared tokens counted per sequence)
+  std::size_t stored_tokens = 0;  ///< tokens in the used blocks, each shared block once
+  std::uint64_t appended_tokens = 0;      ///< tokens appended since construction
+  std::uint64_t cow_copies = 0;           ///< shared partial blocks copied before an append
+  std::uint64_t evictions = 0;            ///< cached blocks taken for new tokens
   std::uint64_t allocation_failures = 0;  ///< appends refused with out_of_blocks
   std::uint64_t prefix_query_tokens = 0;  ///< prompt tokens that open() looked up
   std::uint64_t prefix_hit_tokens = 0;    ///< of those, tokens served from cached blocks
@@ -103,7 +104,8 @@ class kv_cache {
     const std::size_t bytes = pool_.size() * block_bytes_ + 64;
     storage_.reset(static_cast<std::byte*>(std::calloc(bytes, 1)));
     if (!storage_) throw std::bad_alloc();
-    base_ = reinterpret_cast<float*>((reinterpret_cast<std::uintptr_t>(storage_.get()) + 63) & ~std::uintptr_t{63});
+    base_ = reinterpret_cast<float*>((reinterpret_cast<std::uintptr_t>(storage_.get()) + 63) &
+                                     ~std::uintptr_t{63});
   }
 
   kv_cache(const kv_cache&) = delete;
@@ -172,7 +174,9 @@ class kv_cache {
   }
 
   /// @brief Blocks append(id, n tokens) would take now, copies included.
-  std::size_t blocks_needed(kv_sequence_id id, std::size_t n) const { return blocks_needed(get(id, "blocks_needed"), n); }
+  std::size_t blocks_needed(kv_sequence_id id, std::size_t n) const {
+    return blocks_needed(get(id, "blocks_needed"), n);
+  }
 
   /// @brief Declares the sequence's appended tokens computed (their K/V written for every layer): the full
   /// blocks among them get prefix keys and become shareable.
@@ -214,7 +218,13 @@ class kv_cache {
   void release(kv_sequence_id id) {
     sequence& s = get(id, "release");
     for (std::size_t i = s.blocks.size(); i-- > 0;) pool_.release(s.blocks[i]);
-    s = sequence{.generation = s.generation + 1};
+    // Cleared, not destroyed: the slot's next sequence reuses the capacity.
+    s.tokens.clear();
+    s.blocks.clear();
+    s.keys.clear();
+    s.committed = 0;
+    s.live = false;
+    ++s.generation;
     free_seqs_.push_back(id.index);
     --open_;
   }
@@ -260,13 +270,17 @@ class kv_cache {
   const float* keys(std::size_t layer, std::uint32_t block) const noexcept {
     return base_ + (layer * pool_.size() + block) * 2 * block_layer_elems();
   }
-  float* values(std::size_t layer, std::uint32_t block) noexcept { return keys(layer, block) + block_layer_elems(); }
+  float* values(std::size_t layer, std::uint32_t block) noexcept {
+    return keys(layer, block) + block_layer_elems();
+  }
   const float* values(std::size_t layer, std::uint32_t block) const noexcept {
     return keys(layer, block) + block_layer_elems();
   }
 
   /// @brief The sequence's blocks, position p in block_table(id)[p / block_tokens], slot p % block_tokens.
-  std::span<const std::uint32_t> block_table(kv_sequence_id id) const { return get(id, "block_table").blocks; }
+  std::span<const std::uint32_t> block_table(kv_sequence_id id) const {
+    return get(id, "block_table").blocks;
+  }
   /// @brief The sequence's tokens (cached, appended and committed alike).
   std::span<const kv_token> tokens(kv_sequence_id id) const { return get(id, "tokens").tokens; }
   std::size_t length(kv_sequence_id id) const { return get(id, "length").tokens.size(); }
@@ -384,9 +398,9 @@ class kv_cache {
   }
   const sequence& get(kv_sequence_id id, const char* who) const {
     if (!contains(id))
-      throw kv_error(kv_errc::unknown_sequence, std::string("frugal::kv_cache::") + who + ": sequence " +
-                                                    std::to_string(id.index) + "." + std::to_string(id.generation) +
-                                                    " is not open (never opened, or released)");
+      throw kv_error(kv_errc::unknown_sequence,
+                     std::string("frugal::kv_cache::") + who + ": sequence " + std::to_string(id.index) +
+                         "." + std::to_string(id.generation) + " is not open (never opened, or released)");
     return seqs_[id.index];
   }
 

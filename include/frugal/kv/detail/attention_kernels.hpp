@@ -48,7 +48,8 @@ FRUGAL_QUANT_TARGET_AVX512 inline void kv_scores_avx512(const float* q, const fl
     __m512 acc = _mm512_setzero_ps();
     std::size_t d = 0;
     for (; d < full; d += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(q + d), _mm512_loadu_ps(kt + d), acc);
-    if (tail) acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, q + d), _mm512_maskz_loadu_ps(tail, kt + d), acc);
+    if (tail)
+      acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, q + d), _mm512_maskz_loadu_ps(tail, kt + d), acc);
     scores[t] = _mm512_reduce_add_ps(acc) * scale;
   }
 }
@@ -59,7 +60,8 @@ FRUGAL_QUANT_TARGET_AVX512 inline void kv_accumulate_avx512(float* acc, const fl
   const __mmask16 tail = static_cast<__mmask16>((1u << (D - full)) - 1u);
   for (std::size_t d = 0; d < full; d += 16) {
     __m512 a = _mm512_loadu_ps(acc + d);
-    for (std::size_t t = 0; t < count; ++t) a = _mm512_fmadd_ps(_mm512_set1_ps(w[t]), _mm512_loadu_ps(v + t * D + d), a);
+    for (std::size_t t = 0; t < count; ++t)
+      a = _mm512_fmadd_ps(_mm512_set1_ps(w[t]), _mm512_loadu_ps(v + t * D + d), a);
     _mm512_storeu_ps(acc + d, a);
   }
   if (tail) {
@@ -99,7 +101,8 @@ FRUGAL_QUANT_TARGET_AVX2 inline void kv_accumulate_avx2(float* acc, const float*
   const std::size_t full = D / 8 * 8;
   for (std::size_t d = 0; d < full; d += 8) {
     __m256 a = _mm256_loadu_ps(acc + d);
-    for (std::size_t t = 0; t < count; ++t) a = _mm256_fmadd_ps(_mm256_set1_ps(w[t]), _mm256_loadu_ps(v + t * D + d), a);
+    for (std::size_t t = 0; t < count; ++t)
+      a = _mm256_fmadd_ps(_mm256_set1_ps(w[t]), _mm256_loadu_ps(v + t * D + d), a);
     _mm256_storeu_ps(acc + d, a);
   }
   for (std::size_t d = full; d < D; ++d)
