@@ -47,6 +47,24 @@ inline void write_kv(frugal::kv_cache& c, frugal::kv_sequence_id id, std::size_t
   }
 }
 
+// Whether the sequence's stored K and V are still what write_kv wrote for its tokens: a block evicted,
+// reused or written while shared would show here.
+inline bool stored_kv_matches(const frugal::kv_cache& c, frugal::kv_sequence_id id) {
+  const auto& o = c.options();
+  const auto table = c.block_table(id);
+  const auto toks = c.tokens(id);
+  for (std::size_t pos = 0; pos < toks.size(); ++pos)
+    for (std::size_t l = 0; l < o.layers; ++l)
+      for (std::size_t i = 0; i < o.kv_heads * o.head_dim; ++i) {
+        const std::size_t g = i / o.head_dim,
+                          at = (g * o.block_tokens + pos % o.block_tokens) * o.head_dim + i % o.head_dim;
+        if (c.keys(l, table[pos / o.block_tokens])[at] != value(toks[pos], pos, l, i, 0) ||
+            c.values(l, table[pos / o.block_tokens])[at] != value(toks[pos], pos, l, i, 1))
+          return false;
+      }
+  return true;
+}
+
 // Every block's state, counted: referenced, cached and free add up to the total.
 inline bool all_blocks_unreferenced(const frugal::kv_cache& c) {
   for (std::uint32_t b = 0; b < c.blocks_total(); ++b)

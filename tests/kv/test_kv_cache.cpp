@@ -331,7 +331,9 @@ TEST_CASE("kv_cache: fork shares every block; the first append into the shared p
   CHECK(kv_test::all_blocks_unreferenced(c));
 }
 
-TEST_CASE("kv_cache: random opens, appends, commits, forks and releases leave every block unreferenced") {
+TEST_CASE(
+    "kv_cache: random opens, appends, commits, forks and releases keep every sequence's K/V and leak no "
+    "block") {
   std::mt19937 rng(7);
   frugal::kv_cache c(small(24));
   std::vector<frugal::kv_sequence_id> open;
@@ -367,6 +369,7 @@ TEST_CASE("kv_cache: random opens, appends, commits, forks and releases leave ev
     const auto s = c.stats();
     REQUIRE(s.blocks_used + s.blocks_cached + s.blocks_free == s.blocks_total);
     REQUIRE(s.stored_tokens <= s.blocks_used * 4);
+    for (const auto id : open) REQUIRE(kv_test::stored_kv_matches(c, id));
   }
   CHECK(c.stats().allocation_failures == refused);
   CHECK(c.stats().cow_copies > 0);

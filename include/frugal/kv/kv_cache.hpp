@@ -196,14 +196,16 @@ class kv_cache {
   /// @brief A new sequence sharing every block of `id` (parallel sampling, beam search); the first of the
   /// two to append into a shared partly-filled block gets its own copy. `id` must have no pending tokens.
   kv_sequence_id fork(kv_sequence_id id) {
+    kv_salt salt;
     {
       const sequence& s = get(id, "fork");
       if (s.committed != s.tokens.size())
         throw kv_error(kv_errc::pending_tokens, "frugal::kv_cache::fork: the sequence has " +
                                                     std::to_string(s.tokens.size() - s.committed) +
                                                     " appended tokens not committed yet");
+      salt = s.salt;  // a copy: new_sequence may grow seqs_ and move s
     }
-    const kv_sequence_id child = new_sequence(get(id, "fork").salt);
+    const kv_sequence_id child = new_sequence(salt);
     sequence& c = seqs_[child.index];
     const sequence& s = seqs_[id.index];
     c.tokens = s.tokens;
