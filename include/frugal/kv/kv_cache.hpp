@@ -265,7 +265,8 @@ class kv_cache {
   }
 
   /// @brief The K of one layer in one block: kv_heads * block_tokens * head_dim floats, head-major (a
-  /// head's tokens are consecutive rows of head_dim), 64-byte aligned. values() lies right after it.
+  /// head's tokens are consecutive rows of head_dim); values() lies right after it. 64-byte aligned when
+  /// kv_heads * block_tokens * head_dim is a multiple of 16 (always at 16 tokens a block).
   float* keys(std::size_t layer, std::uint32_t block) noexcept {
     return base_ + (layer * pool_.size() + block) * 2 * block_layer_elems();
   }
