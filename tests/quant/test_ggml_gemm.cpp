@@ -62,9 +62,14 @@ std::vector<float> random_x(std::size_t m, std::size_t k, std::mt19937& rng) {
   std::normal_distribution<float> d(0.0f, 1.0f);
   std::vector<float> x(m * k);
   for (auto& v : x) v = d(rng);
-  if (x.size() > 40) {
+  if (x.size() >= 128) {
     std::fill(x.begin() + 32, x.begin() + 40, 0.0f);  // a block partly zero
     x[5] = 1e-40f;                                    // a subnormal
+    // A block whose amax / 127 is below the smallest normal float (all zeros), and one of ties: dx = 1,
+    // so x * (1 / dx) is exactly k + 0.5, which rounds to even.
+    for (std::size_t j = 64; j < 96; ++j) x[j] *= 1e-37f;
+    for (std::size_t j = 96; j < 128; ++j) x[j] = static_cast<float>(static_cast<int>(j) - 112) + 0.5f;
+    x[127] = 127.0f;
   }
   return x;
 }

@@ -146,6 +146,32 @@ struct ggml_scratch {
   }
 };
 
+// Quantizes the M rows of x, split over the threads when there are enough of them; the index of the first
+// non-finite value or SIZE_MAX.
+inline std::size_t ggml_quantize_x(ggml_level lv, executor* threads, const float* x, std::size_t m,
+                                   std::size_t kb, std::int8_t* q, ggml_xblock* meta) {
+  const auto rows = [&](std::size_t r0, std::size_t r1) {
+    const float* xr = x + r0 * kb * ggml_block;
+    std::int8_t* qr = q + r0 * kb * ggml_block;
+    ggml_xblock* mr = meta + r0 * kb;
+    std::size_t bad = SIZE_MAX;
+#if FRUGAL_QUANT_X86
+    if (lv == ggml_level::avx512 || lv == ggml_level::avx512_vnni)
+      bad = ggml_quantize_x_avx512(xr, r1 - r0, kb, qr, mr);
+    else if (lv != ggml_level::portable)
+      bad = ggml_quantize_x_avx2(xr, r1 - r0, kb, qr, mr);
+    else
+#endif
+      bad = ggml_quantize_x_portable(xr, r1 - r0, kb, qr, mr);
+    return bad == SIZE_MAX ? bad : bad + r0 * kb * ggml_block;
+  };
+  const std::size_t parts = threads ? std::min(threads->concurrency(), m) : 1;
+  if (parts <= 1 || m * kb < 1024) return rows(0, m);
+  std::vector<std::size_t> bad(parts);
+  threads->parallel_for(parts, [&](std::size_t p) { bad[p] = rows(m * p / parts, m * (p + 1) / parts); });
+  return *std::min_element(bad.begin(), bad.end());
+}
+
 template <bool Q41>
 inline void ggml_run(ggml_level lv, const ggml_operands& o, std::size_t m0, std::size_t m1, std::size_t n0,
                      std::size_t n1, float* out) noexcept {
@@ -287,7 +313,7 @@ inline void gemm_ggml(std::span<const float> x, std::size_t m, const ggml_weight
   thread_local detail::ggml_scratch scratch;
   scratch.reserve(m * k, m * kb);
   const std::size_t bad =
-      detail::ggml_quantize_x_portable(x.data(), m, kb, scratch.q.get(), scratch.meta.get());
+      detail::ggml_quantize_x(lv, opt.threads, x.data(), m, kb, scratch.q.get(), scratch.meta.get());
   if (bad != SIZE_MAX)
     throw std::invalid_argument(std::string(who) + ": x[" + std::to_string(bad) +
                                 "] = " + std::to_string(x[bad]) + " is not finite");

@@ -106,6 +106,68 @@ inline std::size_t ggml_quantize_x_portable(const float* x, std::size_t rows, st
   return SIZE_MAX;
 }
 
+#if FRUGAL_QUANT_X86
+// ggml_quantize_x_portable with vectors: the same scalar d and 1 / d, the same products, vcvtps2dq's
+// rounding (the rounding mode's, as _mm_cvtss_si32) and an exact integer sum, so the same bits.
+FRUGAL_QUANT_TARGET_AVX512 inline std::size_t ggml_quantize_x_avx512(const float* x, std::size_t rows,
+                                                                     std::size_t kb, std::int8_t* q,
+                                                                     ggml_xblock* meta) noexcept {
+  const __m512i magnitude = _mm512_set1_epi32(0x7fffffff);
+  for (std::size_t blk = 0; blk < rows * kb; ++blk) {
+    const float* v = x + blk * ggml_block;
+    const __m512 v0 = _mm512_loadu_ps(v), v1 = _mm512_loadu_ps(v + 16);
+    const std::uint32_t amax =
+        _mm512_reduce_max_epu32(_mm512_max_epu32(_mm512_and_si512(_mm512_castps_si512(v0), magnitude),
+                                                 _mm512_and_si512(_mm512_castps_si512(v1), magnitude)));
+    if (amax >= 0x7f800000u) return ggml_quantize_x_portable(v, 1, 1, q, meta) + blk * ggml_block;
+    const float d = ggml_x_scale(amax), id = d != 0.0f ? 1.0f / d : 0.0f;
+    const __m512 idv = _mm512_set1_ps(id);
+    const __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, idv)),
+                  q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, idv));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + blk * ggml_block), _mm512_cvtepi32_epi8(q0));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + blk * ggml_block + 16), _mm512_cvtepi32_epi8(q1));
+    const int sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+    meta[blk] = {d, d * static_cast<float>(sum), -128 * sum};
+  }
+  return SIZE_MAX;
+}
+
+FRUGAL_QUANT_TARGET_AVX2 inline std::size_t ggml_quantize_x_avx2(const float* x, std::size_t rows,
+                                                                 std::size_t kb, std::int8_t* q,
+                                                                 ggml_xblock* meta) noexcept {
+  const __m256i magnitude = _mm256_set1_epi32(0x7fffffff);
+  for (std::size_t blk = 0; blk < rows * kb; ++blk) {
+    const float* v = x + blk * ggml_block;
+    __m256 f[4];
+    __m256i m = _mm256_setzero_si256();
+    for (int j = 0; j < 4; ++j) {
+      f[j] = _mm256_loadu_ps(v + 8 * j);
+      m = _mm256_max_epu32(m, _mm256_and_si256(_mm256_castps_si256(f[j]), magnitude));
+    }
+    __m128i m4 = _mm_max_epu32(_mm256_castsi256_si128(m), _mm256_extracti128_si256(m, 1));
+    m4 = _mm_max_epu32(m4, _mm_shuffle_epi32(m4, 0x4e));
+    m4 = _mm_max_epu32(m4, _mm_shuffle_epi32(m4, 0xb1));
+    const auto amax = static_cast<std::uint32_t>(_mm_cvtsi128_si32(m4));
+    if (amax >= 0x7f800000u) return ggml_quantize_x_portable(v, 1, 1, q, meta) + blk * ggml_block;
+    const float d = ggml_x_scale(amax), id = d != 0.0f ? 1.0f / d : 0.0f;
+    const __m256 idv = _mm256_set1_ps(id);
+    __m256i qi[4];
+    for (int j = 0; j < 4; ++j) qi[j] = _mm256_cvtps_epi32(_mm256_mul_ps(f[j], idv));
+    const __m256i s = _mm256_add_epi32(_mm256_add_epi32(qi[0], qi[1]), _mm256_add_epi32(qi[2], qi[3]));
+    __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
+    const int sum = _mm_cvtsi128_si32(s4);
+    // packs works within 128-bit lanes: the permutation puts the 8 groups of 4 back in order.
+    const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(qi[0], qi[1]), _mm256_packs_epi32(qi[2], qi[3]));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + blk * ggml_block),
+                        _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+    meta[blk] = {d, d * static_cast<float>(sum), -128 * sum};
+  }
+  return SIZE_MAX;
+}
+#endif
+
 template <bool Q41>
 inline void ggml_portable(const ggml_operands& o, std::size_t m0, std::size_t m1, std::size_t n0,
                           std::size_t n1, float* out) noexcept {
