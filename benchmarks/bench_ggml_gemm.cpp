@@ -150,6 +150,10 @@ void ggml_args(benchmark::internal::Benchmark* b) {
   // Each path at decode on one thread.
   for (auto p : {q::simd_path::portable, q::simd_path::avx2, q::simd_path::avx_vnni, q::simd_path::avx512})
     if (q::is_supported(p)) b->Args({0, 1, 1, static_cast<int>(p)});
+  // AVX-512 VNNI and AMX at prefill on one thread.
+  for (auto p : {q::simd_path::avx512_vnni, q::simd_path::amx})
+    if (q::is_supported(p))
+      for (int sh : {0, 2}) b->Args({sh, 512, 1, static_cast<int>(p)});
   b->Unit(benchmark::kMicrosecond)->UseRealTime();
 }
 BENCHMARK(BM_gemm_ggml)->Apply(ggml_args);

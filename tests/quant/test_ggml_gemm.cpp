@@ -77,7 +77,7 @@ std::vector<float> random_x(std::size_t m, std::size_t k, std::mt19937& rng) {
 std::vector<q::simd_path> runnable_paths() {
   std::vector<q::simd_path> p;
   for (auto s : {q::simd_path::portable, q::simd_path::avx2, q::simd_path::avx_vnni, q::simd_path::avx512,
-                 q::simd_path::avx512_vnni})
+                 q::simd_path::avx512_vnni, q::simd_path::amx})
     if (q::is_supported(s)) p.push_back(s);
   return p;
 }
@@ -194,7 +194,7 @@ TEST_CASE("ggml: every SIMD path this CPU runs gives the portable path's bits") 
   std::mt19937 rng(4);
   for (auto f : formats)
     for (std::size_t n : {1u, 15u, 17u, 200u})
-      for (std::size_t m : {1u, 3u, 13u}) {
+      for (std::size_t m : {1u, 3u, 16u, 35u}) {
         const std::size_t k = 160;
         const auto w = q::make_ggml_weights(f, random_raw(f, n, k, rng), n, k);
         const auto x = random_x(m, k, rng);
@@ -293,7 +293,8 @@ TEST_CASE("ggml: bad weights, shapes and activations are std::invalid_argument n
   broken = w;
   broken.cols = 96;
   throws_with([&] { q::gemm_ggml(x, 2, broken, out); }, "gemm_ggml: weights.quants has");
-  for (auto p : {q::simd_path::avx2, q::simd_path::avx_vnni, q::simd_path::avx512, q::simd_path::avx512_vnni})
+  for (auto p : {q::simd_path::avx2, q::simd_path::avx_vnni, q::simd_path::avx512, q::simd_path::avx512_vnni,
+                 q::simd_path::amx})
     if (!q::is_supported(p))
       throws_with([&] { q::gemm_ggml(x, 2, w, out, {.path = p}); }, "is not supported by this CPU");
 }

@@ -73,7 +73,7 @@ struct ggml_weights {
 
 /// @brief Options of gemm_ggml.
 struct ggml_gemm_options {
-  simd_path path = simd_path::automatic;  ///< forces a kernel (tests, benchmarks); amx takes avx512_vnni's
+  simd_path path = simd_path::automatic;  ///< forces a kernel (tests, benchmarks)
   /// Threads to split the GEMM over (along N, or M when it has more blocks); null: the calling thread only.
   /// Any split gives the bits of one thread.
   executor* threads = nullptr;
@@ -102,18 +102,19 @@ inline void check_ggml_weights(const ggml_weights& w, const char* who) {
 }
 
 // Which kernel a path takes.
-enum class ggml_level { portable, avx2, avx_vnni, avx512, avx512_vnni };
+enum class ggml_level { portable, avx2, avx_vnni, avx512, avx512_vnni, amx };
 
 inline ggml_level resolve_ggml_level(simd_path p, const char* who) {
   require_supported(p, who);
   const cpu_features& f = host_cpu_features();
   switch (p) {
     case simd_path::automatic:
-      return f.avx512_vnni ? ggml_level::avx512_vnni
-             : f.avx512    ? ggml_level::avx512
-             : f.avx_vnni  ? ggml_level::avx_vnni
-             : f.avx2      ? ggml_level::avx2
-                           : ggml_level::portable;
+      return f.amx           ? ggml_level::amx
+             : f.avx512_vnni ? ggml_level::avx512_vnni
+             : f.avx512      ? ggml_level::avx512
+             : f.avx_vnni    ? ggml_level::avx_vnni
+             : f.avx2        ? ggml_level::avx2
+                             : ggml_level::portable;
     case simd_path::portable:
       return ggml_level::portable;
     case simd_path::avx2:
@@ -123,8 +124,9 @@ inline ggml_level resolve_ggml_level(simd_path p, const char* who) {
     case simd_path::avx512:
       return ggml_level::avx512;
     case simd_path::avx512_vnni:
-    case simd_path::amx:
       return ggml_level::avx512_vnni;
+    case simd_path::amx:
+      return ggml_level::amx;
   }
   return ggml_level::portable;
 }
@@ -156,7 +158,7 @@ inline std::size_t ggml_quantize_x(ggml_level lv, executor* threads, const float
     ggml_xblock* mr = meta + r0 * kb;
     std::size_t bad = SIZE_MAX;
 #if FRUGAL_QUANT_X86
-    if (lv == ggml_level::avx512 || lv == ggml_level::avx512_vnni)
+    if (lv == ggml_level::avx512 || lv == ggml_level::avx512_vnni || lv == ggml_level::amx)
       bad = ggml_quantize_x_avx512(xr, r1 - r0, kb, qr, mr);
     else if (lv != ggml_level::portable)
       bad = ggml_quantize_x_avx2(xr, r1 - r0, kb, qr, mr);
@@ -172,34 +174,70 @@ inline std::size_t ggml_quantize_x(ggml_level lv, executor* threads, const float
   return *std::min_element(bad.begin(), bad.end());
 }
 
+// The AMX path's unpacked Q4_1 panel, per thread.
+inline std::uint8_t* ggml_amx_panel(std::size_t kb) {
+  thread_local std::unique_ptr<std::uint8_t[], aligned_delete> buf;
+  thread_local std::size_t size = 0;
+  if (kb * ggml_amx_block_bytes > size) {
+    buf = aligned_scratch<std::uint8_t>(kb * ggml_amx_block_bytes);
+    size = kb * ggml_amx_block_bytes;
+  }
+  return buf.get();
+}
+
 template <bool Q41>
 inline void ggml_run(ggml_level lv, const ggml_operands& o, std::size_t m0, std::size_t m1, std::size_t n0,
-                     std::size_t n1, float* out) noexcept {
+                     std::size_t n1, float* out) {
 #if FRUGAL_QUANT_X86
+  const auto none = [](std::size_t, std::size_t m0_, std::size_t, float*) { return m0_; };
+  const auto vnni_tile = [&](auto mr, auto... a) {
+    ggml_tile_avx512_vnni<ggml_avx512_vnni, Q41, decltype(mr)::value>(o, a...);
+  };
   switch (lv) {
+    case ggml_level::amx: {
+      if (m1 - m0 < ggml_amx_rows) break;
+      std::uint8_t* panel = Q41 ? ggml_amx_panel(o.kb) : nullptr;
+      ggml_amx_start();
+      ggml_columns<ggml_avx512_vnni, Q41, 8>(
+          o, m0, m1, n0, n1, out, vnni_tile, [&](std::size_t p, std::size_t i, std::size_t i1, float* c) {
+            const std::uint8_t* wb = o.wq + p * o.kb * ggml_quant_bytes(Q41);
+            if (Q41) {
+              ggml_amx_unpack_q41(wb, o.kb, panel);
+              wb = panel;
+            }
+            const std::size_t c0 = p * ggml_panel, cols = std::min(ggml_panel, n1 - c0);
+            for (; i + ggml_amx_rows <= i1; i += ggml_amx_rows)
+              ggml_tile_amx<Q41>(o, i, p, wb, c + i * o.n + c0, cols);
+            return i;
+          });
+      ggml_amx_stop();
+      return;
+    }
     case ggml_level::avx512_vnni:
-      return ggml_columns<ggml_avx512_vnni, Q41, 8>(o, m0, m1, n0, n1, out, [&](auto mr, auto... a) {
-        ggml_tile_avx512_vnni<ggml_avx512_vnni, Q41, decltype(mr)::value>(o, a...);
-      });
-    case ggml_level::avx512:
-      return ggml_columns<ggml_avx512, Q41, 8>(o, m0, m1, n0, n1, out, [&](auto mr, auto... a) {
-        ggml_tile_avx512<ggml_avx512, Q41, decltype(mr)::value>(o, a...);
-      });
-    case ggml_level::avx_vnni:
-      return ggml_columns<ggml_avx_vnni, Q41, 4>(o, m0, m1, n0, n1, out, [&](auto mr, auto... a) {
-        ggml_tile_avx_vnni<ggml_avx_vnni, Q41, decltype(mr)::value>(o, a...);
-      });
-    case ggml_level::avx2:
-      return ggml_columns<ggml_avx2, Q41, 4>(o, m0, m1, n0, n1, out, [&](auto mr, auto... a) {
-        ggml_tile_avx2<ggml_avx2, Q41, decltype(mr)::value>(o, a...);
-      });
-    case ggml_level::portable:
       break;
+    case ggml_level::avx512:
+      return ggml_columns<ggml_avx512, Q41, 8>(
+          o, m0, m1, n0, n1, out,
+          [&](auto mr, auto... a) { ggml_tile_avx512<ggml_avx512, Q41, decltype(mr)::value>(o, a...); },
+          none);
+    case ggml_level::avx_vnni:
+      return ggml_columns<ggml_avx_vnni, Q41, 4>(
+          o, m0, m1, n0, n1, out,
+          [&](auto mr, auto... a) { ggml_tile_avx_vnni<ggml_avx_vnni, Q41, decltype(mr)::value>(o, a...); },
+          none);
+    case ggml_level::avx2:
+      return ggml_columns<ggml_avx2, Q41, 4>(
+          o, m0, m1, n0, n1, out,
+          [&](auto mr, auto... a) { ggml_tile_avx2<ggml_avx2, Q41, decltype(mr)::value>(o, a...); }, none);
+    case ggml_level::portable:
+      return ggml_portable<Q41>(o, m0, m1, n0, n1, out);
   }
+  // AVX-512 VNNI, and AMX's calls of fewer than 16 rows.
+  ggml_columns<ggml_avx512_vnni, Q41, 8>(o, m0, m1, n0, n1, out, vnni_tile, none);
 #else
   (void)lv;
-#endif
   ggml_portable<Q41>(o, m0, m1, n0, n1, out);
+#endif
 }
 
 }  // namespace detail
@@ -324,7 +362,7 @@ inline void gemm_ggml(std::span<const float> x, std::size_t m, const ggml_weight
                                 scratch.q.get(),
                                 scratch.meta.get()};
   const bool q41 = w.format == ggml_format::q4_1;
-  detail::split_gemm(opt.threads, m, n, k, 8, detail::ggml_panel,
+  detail::split_gemm(opt.threads, m, n, k, detail::ggml_amx_rows, detail::ggml_panel,
                      [&](std::size_t m0, std::size_t m1, std::size_t n0, std::size_t n1) {
                        if (q41)
                          detail::ggml_run<true>(lv, o, m0, m1, n0, n1, out.data());

@@ -400,15 +400,16 @@ FRUGAL_GGML_TILE(ggml_tile_avx512_vnni, FRUGAL_QUANT_TARGET_AVX512VNNI)
 #  undef FRUGAL_GGML_TILE
 
 // Rows [m0, m1) times columns [n0, n1) (n0 on a panel), panel by panel so that a panel's weights stay in
-// L1 while every row passes them, MR rows at a time and the remainder in tiles of 4, 2 and 1.
-template <class V, bool Q41, int MR, class Tile>
+// L1 while every row passes them: first the rows `head` takes (head(p, m0, m1, out) returns where it
+// stopped), then MR rows at a time and the remainder in tiles of 4, 2 and 1.
+template <class V, bool Q41, int MR, class Tile, class Head>
 inline void ggml_columns(const ggml_operands& o, std::size_t m0, std::size_t m1, std::size_t n0,
-                         std::size_t n1, float* out, Tile tile) noexcept {
+                         std::size_t n1, float* out, Tile tile, Head head) noexcept {
   constexpr std::size_t lanes = sizeof(typename V::fv) / sizeof(float);
   for (std::size_t p = n0 / ggml_panel; p * ggml_panel < n1; ++p)
     for (std::size_t sub = 0; sub * lanes < ggml_panel && p * ggml_panel + sub * lanes < n1; ++sub) {
       const std::size_t c0 = p * ggml_panel + sub * lanes, cols = std::min(lanes, n1 - c0);
-      std::size_t i = m0;
+      std::size_t i = head(p, m0, m1, out);
       for (; i + MR <= m1; i += MR)
         tile(std::integral_constant<int, MR>{}, i, p, sub, out + i * o.n + c0, cols);
       if (MR > 4 && i + 4 <= m1) {
@@ -421,6 +422,103 @@ inline void ggml_columns(const ggml_operands& o, std::size_t m0, std::size_t m1,
       }
       if (i < m1) tile(std::integral_constant<int, 1>{}, i, p, sub, out + i * o.n + c0, cols);
     }
+}
+
+// AMX: TDPBSUD adds a 16-row tile of signed bytes (16 rows of x, one block of 32) times an 8 x 64-byte tile
+// of unsigned ones (one block of a panel: row r holds elements 4r..4r+3 of the 16 columns, the layout of
+// the packed groups) into a 16 x 16 int32 tile: the 16 x 16 exact block sums at once, which the AVX-512
+// epilogue then scales as every path does. Q8_0's panels are such tiles already; Q4_1's are unpacked per
+// panel into ggml_amx_panel (low nibbles to rows 0..3, high ones to rows 4..7). Tiles 0-1 take two blocks'
+// sums, 2-3 their rows of x, 4-5 their panel blocks.
+inline constexpr std::size_t ggml_amx_rows = 16, ggml_amx_block_bytes = 512;
+
+struct alignas(64) ggml_amx_config {
+  std::uint8_t palette = 1, start_row = 0, reserved[14] = {};
+  std::uint16_t colsb[16] = {};
+  std::uint8_t rows[16] = {};
+};
+
+FRUGAL_QUANT_TARGET_AMX inline void ggml_amx_start() noexcept {
+  ggml_amx_config cfg;
+  for (int t = 0; t < 6; ++t) {
+    cfg.rows[t] = t < 4 ? 16 : 8;
+    cfg.colsb[t] = t == 2 || t == 3 ? 32 : 64;
+  }
+  // GCC 12 does not see ldtilecfg's read of the rows and colsb fields, and dropped their stores as dead.
+  __asm__ volatile("" : : "r"(&cfg) : "memory");
+  _tile_loadconfig(&cfg);
+}
+
+FRUGAL_QUANT_TARGET_AMX inline void ggml_amx_stop() noexcept { _tile_release(); }
+
+FRUGAL_QUANT_TARGET_AVX512 inline void ggml_amx_unpack_q41(const std::uint8_t* wq, std::size_t kb,
+                                                           std::uint8_t* out) noexcept {
+  const __m512i low = _mm512_set1_epi8(0x0f);
+  for (std::size_t b = 0; b < kb; ++b)
+    for (int g = 0; g < 4; ++g) {
+      const __m512i raw = _mm512_loadu_si512(wq + b * 256 + g * 64);
+      _mm512_store_si512(out + b * 512 + g * 64, _mm512_and_si512(raw, low));
+      _mm512_store_si512(out + b * 512 + (4 + g) * 64, _mm512_and_si512(_mm512_srli_epi16(raw, 4), low));
+    }
+}
+
+template <bool Q41>
+FRUGAL_QUANT_TARGET_AVX512 inline void ggml_amx_epilogue(__m512 (&acc)[16], const std::int32_t* c,
+                                                         const std::uint16_t* ws, const ggml_xblock* xm,
+                                                         std::size_t kb) noexcept {
+  const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(ws)));
+  const __m512 mw = Q41 ? _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(ws + 16))) : dw;
+  FRUGAL_QUANT_UNROLL(16)
+  for (int i = 0; i < 16; ++i) {
+    const ggml_xblock& m = xm[static_cast<std::size_t>(i) * kb];
+    __m512i s = _mm512_load_si512(c + i * 16);
+    if constexpr (!Q41) s = _mm512_add_epi32(s, _mm512_set1_epi32(m.corr));
+    acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, _mm512_set1_ps(m.d)), acc[i]);
+    if constexpr (Q41) acc[i] = _mm512_fmadd_ps(mw, _mm512_set1_ps(m.s), acc[i]);
+  }
+}
+
+// Rows i0..i0 + 15 times panel p, whose blocks of 512 bytes are at wb.
+template <bool Q41>
+FRUGAL_QUANT_TARGET_AMX inline void ggml_tile_amx(const ggml_operands& o, std::size_t i0, std::size_t p,
+                                                  const std::uint8_t* wb, float* out,
+                                                  std::size_t cols) noexcept {
+  constexpr std::size_t sb = ggml_scale_count(Q41);
+  const std::size_t k = o.kb * ggml_block;
+  const std::int8_t* xq = o.xq + i0 * k;
+  const ggml_xblock* xm = o.xm + i0 * o.kb;
+  const std::uint16_t* ws = o.ws + p * o.kb * sb;
+  alignas(64) std::int32_t c[2][256];
+  __m512 acc[16];
+  FRUGAL_QUANT_UNROLL(16)
+  for (int i = 0; i < 16; ++i) acc[i] = _mm512_setzero_ps();
+  const auto stride = static_cast<long>(k);
+  std::size_t b = 0;
+  for (; b + 2 <= o.kb; b += 2) {
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_loadd(2, xq + b * ggml_block, stride);
+    _tile_loadd(3, xq + b * ggml_block + ggml_block, stride);
+    _tile_loadd(4, wb + b * ggml_amx_block_bytes, 64);
+    _tile_loadd(5, wb + (b + 1) * ggml_amx_block_bytes, 64);
+    _tile_dpbsud(0, 2, 4);
+    _tile_dpbsud(1, 3, 5);
+    _tile_stored(0, c[0], 64);
+    _tile_stored(1, c[1], 64);
+    ggml_amx_epilogue<Q41>(acc, c[0], ws + b * sb, xm + b, o.kb);
+    ggml_amx_epilogue<Q41>(acc, c[1], ws + (b + 1) * sb, xm + b + 1, o.kb);
+  }
+  if (b < o.kb) {
+    _tile_zero(0);
+    _tile_loadd(2, xq + b * ggml_block, stride);
+    _tile_loadd(4, wb + b * ggml_amx_block_bytes, 64);
+    _tile_dpbsud(0, 2, 4);
+    _tile_stored(0, c[0], 64);
+    ggml_amx_epilogue<Q41>(acc, c[0], ws + b * sb, xm + b, o.kb);
+  }
+  const auto mask = static_cast<__mmask16>((1u << cols) - 1u);
+  FRUGAL_QUANT_UNROLL(16)
+  for (int i = 0; i < 16; ++i) _mm512_mask_storeu_ps(out + static_cast<std::size_t>(i) * o.n, mask, acc[i]);
 }
 
 #endif
