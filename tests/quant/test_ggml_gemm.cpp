@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "../support/requires.hpp"
 #include "frugal/model/gguf.hpp"
 #include "frugal/quant.hpp"
 
@@ -151,42 +152,65 @@ TEST_CASE("ggml: gemm_ggml on exactly representable operands equals the exact su
 // quantization moves the dot by at most 0.51 * sum_b dx_b * sum_{k in b} |w_k|; each block's terms pass
 // through at most 2 * KB + 4 roundings of relative 2^-24, each on a partial sum bounded by
 // S = sum_k (|dw qw| + |mw|) (|x_k| + dx).
+// Checks out (m x n) against the double-precision product of x and the raw weights' values (gguf's).
+void check_within_bound(q::ggml_format f, std::span<const std::byte> raw, std::size_t n, std::size_t k,
+                        const std::vector<float>& x, std::size_t m, const std::vector<float>& out) {
+  const std::size_t kb = k / 32, bb = f == q::ggml_format::q4_1 ? 20 : 34;
+  const auto wf = q::dequantize(q::make_ggml_weights(f, raw, n, k));
+  for (std::size_t i = 0; i < m; ++i)
+    for (std::size_t j = 0; j < n; ++j) {
+      double ref = 0.0, quant = 0.0, s = 0.0;
+      for (std::size_t b = 0; b < kb; ++b) {
+        double amax = 0.0;
+        for (std::size_t t = b * 32; t < b * 32 + 32; ++t)
+          amax = std::max(amax, std::fabs(static_cast<double>(x[i * k + t])));
+        const double dx = amax / 127.0;
+        std::uint16_t mh = 0;
+        if (f == q::ggml_format::q4_1) std::memcpy(&mh, &raw[(j * kb + b) * bb + 2], 2);
+        const double mw = q::detail::half_bits_to_float(mh);
+        for (std::size_t t = b * 32; t < b * 32 + 32; ++t) {
+          const double wv = wf[j * k + t], xv = x[i * k + t];
+          ref += wv * xv;
+          quant += 0.51 * dx * std::fabs(wv);
+          s += (std::fabs(wv - mw) + std::fabs(mw)) * (std::fabs(xv) + dx);
+        }
+      }
+      const double bound = quant + (2.0 * static_cast<double>(kb) + 4.0) * 0x1p-24 * s;
+      CAPTURE(i);
+      CAPTURE(j);
+      REQUIRE(std::fabs(out[i * n + j] - ref) <= bound);
+    }
+}
+
 TEST_CASE("ggml: gemm_ggml is within its derived bound of a double-precision reference") {
   std::mt19937 rng(3);
-  const std::size_t m = 7, n = 40, k = 576, kb = k / 32;
+  const std::size_t m = 7, n = 40, k = 576;
   for (auto f : formats) {
     CAPTURE(to_string(f));
     const auto raw = random_raw(f, n, k, rng);
-    const auto w = q::make_ggml_weights(f, raw, n, k);
-    const auto wf = q::dequantize(w);
     const auto x = random_x(m, k, rng);
-    const auto out = run(x, m, w);
-    const std::size_t bb = f == q::ggml_format::q4_1 ? 20 : 34;
-    for (std::size_t i = 0; i < m; ++i)
-      for (std::size_t j = 0; j < n; ++j) {
-        double ref = 0.0, quant = 0.0, s = 0.0;
-        for (std::size_t b = 0; b < kb; ++b) {
-          double amax = 0.0;
-          for (std::size_t t = b * 32; t < b * 32 + 32; ++t)
-            amax = std::max(amax, std::fabs(double(x[i * k + t])));
-          const double dx = amax / 127.0;
-          std::uint16_t dh, mh = 0;
-          std::memcpy(&dh, &raw[(j * kb + b) * bb], 2);
-          if (f == q::ggml_format::q4_1) std::memcpy(&mh, &raw[(j * kb + b) * bb + 2], 2);
-          const double dw = q::detail::half_bits_to_float(dh), mw = q::detail::half_bits_to_float(mh);
-          for (std::size_t t = b * 32; t < b * 32 + 32; ++t) {
-            const double wv = wf[j * k + t], xv = x[i * k + t];
-            ref += wv * xv;
-            quant += 0.51 * dx * std::fabs(wv);
-            s += (std::fabs(wv - mw) + std::fabs(mw)) * (std::fabs(xv) + dx);
-            (void)dw;
-          }
-        }
-        const double bound = quant + (2.0 * kb + 4.0) * 0x1p-24 * s;
-        CAPTURE(i);
-        CAPTURE(j);
-        REQUIRE(std::fabs(out[i * n + j] - ref) <= bound);
-      }
+    check_within_bound(f, raw, n, k, x, m, run(x, m, q::make_ggml_weights(f, raw, n, k)));
+  }
+}
+
+TEST_CASE("ggml: SmolLM2's Q4_1 and Q8_0 tensors repack to gguf's bits and multiply within the bound" *
+          frugal_test::needs(frugal_test::gguf_model())) {
+  const gguf::file file(frugal_test::gguf_model_path());
+  std::mt19937 rng(8);
+  for (const char* name : {"blk.0.attn_q.weight", "blk.3.ffn_down.weight", "token_embd.weight"}) {
+    CAPTURE(name);
+    const gguf::tensor_info& t = file.tensor(name);
+    const auto f = t.type == gguf::ggml_type::q4_1 ? q::ggml_format::q4_1 : q::ggml_format::q8_0;
+    REQUIRE((t.type == gguf::ggml_type::q4_1 || t.type == gguf::ggml_type::q8_0));
+    const std::size_t k = t.row_length(), n = std::min<std::size_t>(t.rows(), 2000);
+    const auto raw = t.data.first(n * t.row_bytes());
+    const auto w = q::make_ggml_weights(f, raw, n, k);
+    std::vector<float> want(n * k);
+    gguf::dequantize_rows(t, 0, n, want);
+    CHECK(same_bits(q::dequantize(w), want));
+    const std::size_t m = 3;
+    const auto x = random_x(m, k, rng);
+    check_within_bound(f, raw, n, k, x, m, run(x, m, w));
   }
 }
 
@@ -209,29 +233,32 @@ TEST_CASE("ggml: every SIMD path this CPU runs gives the portable path's bits") 
       }
 }
 
-TEST_CASE("ggml: a row's output is the same bits alone, among 37 rows, and on two threads") {
+// 37 x 600 splits over N on two threads (at M = 1 too); 100 x 17 splits over M and quantizes x on both.
+TEST_CASE("ggml: a row's output is the same bits alone, among 37 or 100 rows, and on two threads") {
   std::mt19937 rng(5);
   q::thread_pool pool(2);
-  for (auto f : formats) {
-    const std::size_t m = 37, n = 200, k = 576;
-    const auto w = q::make_ggml_weights(f, random_raw(f, n, k, rng), n, k);
-    const auto x = random_x(m, k, rng);
-    for (auto p : runnable_paths()) {
-      CAPTURE(to_string(f));
-      CAPTURE(to_string(p));
-      const auto all = run(x, m, w, {.path = p});
-      const auto threaded = run(x, m, w, {.path = p, .threads = &pool});
-      CHECK(same_bits(all, threaded));
-      for (std::size_t r : {0u, 7u, 8u, 36u}) {
-        const std::vector<float> row(x.begin() + static_cast<std::ptrdiff_t>(r * k),
-                                     x.begin() + static_cast<std::ptrdiff_t>((r + 1) * k));
-        CAPTURE(r);
-        CHECK(same_bits(run(row, 1, w, {.path = p}), std::span<const float>(all).subspan(r * n, n)));
-        CHECK(same_bits(run(row, 1, w, {.path = p, .threads = &pool}),
-                        std::span<const float>(all).subspan(r * n, n)));
+  const std::size_t k = 576;
+  for (auto f : formats)
+    for (auto [m, n] : {std::pair<std::size_t, std::size_t>{37, 600}, {100, 17}}) {
+      const auto w = q::make_ggml_weights(f, random_raw(f, n, k, rng), n, k);
+      const auto x = random_x(m, k, rng);
+      for (auto p : runnable_paths()) {
+        CAPTURE(to_string(f));
+        CAPTURE(to_string(p));
+        CAPTURE(m);
+        const auto all = run(x, m, w, {.path = p});
+        const auto threaded = run(x, m, w, {.path = p, .threads = &pool});
+        CHECK(same_bits(all, threaded));
+        for (std::size_t r : {std::size_t{0}, std::size_t{7}, std::size_t{16}, m - 1}) {
+          const std::vector<float> row(x.begin() + static_cast<std::ptrdiff_t>(r * k),
+                                       x.begin() + static_cast<std::ptrdiff_t>((r + 1) * k));
+          CAPTURE(r);
+          CHECK(same_bits(run(row, 1, w, {.path = p}), std::span<const float>(all).subspan(r * n, n)));
+          CHECK(same_bits(run(row, 1, w, {.path = p, .threads = &pool}),
+                          std::span<const float>(all).subspan(r * n, n)));
+        }
       }
     }
-  }
 }
 
 TEST_CASE("ggml: M = 0 and N = 0 write nothing, K = 0 writes zeros") {
