@@ -30,15 +30,22 @@
 /// and every SIMD path, every M, every split over threads gives the same bits for a row of x:
 /// 1. Each row of x is quantized to int8 in blocks of 32: amax = the largest |x| of the block,
 ///    dx = amax / 127 (0 when that is below the smallest normal float), qx = x * (1 / dx) rounded to nearest
-///    even (0 when dx = 0): qx in [-127, 127]. A NaN or an infinity in x is std::invalid_argument.
+///    even (the default rounding mode, which every path follows; 0 when dx = 0): qx in [-127, 127]. A NaN or
+///    an infinity in x is std::invalid_argument.
 /// 2. For each output, blocks are taken in ascending order with acc = 0 and isum = sum qw * qx, exact in
 /// int32:
 ///    - Q8_0 (real = qw * dw): acc = fma(float(isum), dw * dx, acc);
 ///    - Q4_1 (real = qw * dw + mw, qw in 0..15): acc = fma(float(isum), dw * dx, acc), then
 ///      acc = fma(mw, dx * float(sum qx), acc),
 ///    with float products and fma's rounded once (std::fma). The output is acc.
-/// This is llama.cpp's own scheme (its activations are quantized to Q8_0/Q8_1 blocks the same way), so the
-/// error against an fp32 GEMM on the dequantized weights is that of llama.cpp's CPU backend.
+/// llama.cpp's CPU backend quantizes its activations to blocks of 32 the same way (Q8_0 / Q8_1), but keeps dx
+/// in fp16 and sums in another order: the error is of the same size, the bits are not llama.cpp's.
+///
+/// The kernels (detail/gemm_ggml.hpp): portable, AVX2 (vpmaddubsw), AVX-VNNI, AVX-512 (vpmaddubsw),
+/// AVX-512 VNNI (vpdpbusd on panels of 16 channels, up to 8 rows of x per pass), and AMX (TDPBSUD on 16 rows
+/// of x times one block of a panel, the rest of the rows on AVX-512 VNNI); options.path picks one, automatic
+/// the best the CPU has (FRUGAL_MAX_CPU_ISA caps it). The quantized activations stay in a buffer of the
+/// calling thread between calls (M * K bytes and 12 bytes per block): a decode step allocates nothing.
 
 FRUGAL_QUANT_SIMD_BEGIN
 FRUGAL_BEGIN_NAMESPACE
