@@ -191,15 +191,14 @@ def llama_perplexity(bin_dir, model, text_path, n_ctx):
     exe = os.path.join(bin_dir, "llama-perplexity")
     if not os.access(exe, os.X_OK):
         return None
-    out = subprocess.run([exe, "-m", model, "-f", text_path, "-c", str(n_ctx), "-t", "2"], capture_output=True,
-                         text=True).stderr
-    final = re.search(r"Final estimate: PPL = ([0-9.]+) \+/- ([0-9.]+)", out)
-    chunks = re.findall(r"\[(\d+)\]([0-9.]+),", out)
-    build = re.search(r"^build: .*$", out, re.M)
+    run = subprocess.run([exe, "-m", model, "-f", text_path, "-c", str(n_ctx), "-t", "2"], capture_output=True,
+                         text=True)
+    final = re.search(r"Final estimate: PPL = ([0-9.]+) \+/- ([0-9.]+)", run.stderr)
+    version = subprocess.run([exe, "--version"], capture_output=True, text=True).stderr.strip().splitlines()
     return {"ctx": n_ctx, "command": f"llama-perplexity -m MODEL -f {text_path} -c {n_ctx} -t 2",
-            "version": build.group(0) if build else None,
+            "version": " / ".join(version[-2:]), "bin": os.path.abspath(bin_dir),
             "perplexity": float(final.group(1)) if final else None, "sd": float(final.group(2)) if final else None,
-            "cumulative": [float(v) for _, v in chunks]}
+            "cumulative": [float(v) for v in re.findall(r"\[\d+\]([0-9.]+),", run.stdout)]}
 
 
 def sha256(path):
