@@ -11,7 +11,8 @@ of any fp32/int8 kernel. Every shape and hyper-parameter comes from the file's m
 
 llama.cpp is used only as a tokenizer (llama-tokenize: the chat prompts with special tokens parsed, and the
 perplexity text) and, when --bin holds llama-perplexity, for its perplexity figures, stored under "llama_cpp" as a
-comparison. The fortune prompts' ids come from smollm2_tokenizer_ids.jsonl (llama.cpp's own ids). About 3 min.
+comparison. The fortune prompts' ids come from smollm2_tokenizer_ids.jsonl (llama.cpp's own ids). 8 to 13 min
+on 2 shared cores (the two llama-perplexity runs included).
 """
 import argparse
 import hashlib
