@@ -79,7 +79,155 @@ const std::vector<std::vector<std::int32_t>>& sample_prompts() {
   return p;
 }
 
+// The float64 numpy reference of the same file (tests/models/make_llama_reference.py).
+const nlohmann::json& reference() {
+  static const nlohmann::json j = [] {
+    std::ifstream in(std::string(FRUGAL_FIXTURE_DIR) + "/smollm2_reference.json");
+    REQUIRE(in);
+    return nlohmann::json::parse(in);
+  }();
+  return j;
+}
+
+// The reference's greedy continuations, teacher-forced: prompt + ids[:-1] as one sequence, logits from the
+// prompt's last token on, for prompts [first, last). Returns, per prompt, the 32 argmax ids and top-1 minus
+// top-2 margins.
+struct forced {
+  std::vector<std::int32_t> argmax;
+};
+std::vector<forced> teacher_forced(llama::model& m, std::size_t first, std::size_t last,
+                                   frugal::quant::executor* threads) {
+  const auto& g = reference().at("greedy");
+  std::vector<forced> out;
+  const std::size_t v = m.cfg().vocab;
+  for (std::size_t i = first; i < last; ++i) {
+    auto ids = g[i].at("prompt_ids").get<std::vector<std::int32_t>>();
+    const std::size_t from = ids.size() - 1;
+    const auto gen = g[i].at("ids").get<std::vector<std::int32_t>>();
+    ids.insert(ids.end(), gen.begin(), gen.end() - 1);
+    llama::sequence s = m.open();
+    const llama::step_entry e{.seq = &s, .tokens = ids, .all_logits = true, .logits_from = from};
+    const auto l = m.forward(std::span(&e, 1), threads);
+    forced f;
+    for (std::size_t r = 0; r < gen.size(); ++r)
+      f.argmax.push_back(
+          static_cast<std::int32_t>(std::max_element(l.begin() + static_cast<std::ptrdiff_t>(r * v),
+                                                     l.begin() + static_cast<std::ptrdiff_t>((r + 1) * v)) -
+                                    (l.begin() + static_cast<std::ptrdiff_t>(r * v))));
+    out.push_back(std::move(f));
+  }
+  return out;
+}
+
+// Per-chunk NLL sums over the first `chunks` chunks of the reference text at `ctx`, by llama-perplexity's
+// method.
+std::vector<double> chunk_nll(llama::model& m, std::size_t ctx, std::size_t chunks,
+                              frugal::quant::executor* threads) {
+  const auto tokens = reference().at("perplexity").at("tokens").get<std::vector<std::int32_t>>();
+  const std::size_t v = m.cfg().vocab, first = ctx / 2;
+  std::vector<double> out;
+  for (std::size_t c = 0; c < chunks; ++c) {
+    const std::span<const std::int32_t> chunk(tokens.data() + c * ctx, ctx);
+    llama::sequence s = m.open();
+    const llama::step_entry e{.seq = &s, .tokens = chunk, .all_logits = true, .logits_from = first};
+    const auto l = m.forward(std::span(&e, 1), threads);
+    double sum = 0.0;
+    for (std::size_t i = first; i + 1 < ctx; ++i) {
+      const float* row = l.data() + (i - first) * v;
+      const double mx = *std::max_element(row, row + v);
+      double z = 0.0;
+      for (std::size_t t = 0; t < v; ++t) z += std::exp(static_cast<double>(row[t]) - mx);
+      sum += std::log(z) + mx - row[chunk[i + 1]];
+    }
+    out.push_back(sum);
+  }
+  return out;
+}
+
+#if FRUGAL_LLAMA_QUICK
+constexpr std::size_t ppl_chunks = 2, greedy_prompts = 12;  // under the sanitizers
+#else
+constexpr std::size_t ppl_chunks = 8, greedy_prompts = 55;
+#endif
+
 }  // namespace
+
+TEST_CASE("llama: fp32 logits equal the float64 reference's" * needs(gguf_model())) {
+  llama::model& m = smollm2(llama::precision::fp32);
+  const auto& g = reference().at("greedy");
+  double worst = 0.0;
+  for (const auto& r : reference().at("logits")) {
+    const auto ids = g[r.at("prompt").get<std::size_t>()].at("prompt_ids").get<std::vector<std::int32_t>>();
+    const auto l = last_logits(m, {ids}, false).at(0);
+    double mx = *std::max_element(l.begin(), l.end()), z = 0.0;
+    for (float x : l) z += std::exp(static_cast<double>(x) - mx);
+    const double lse = std::log(z) + mx;
+    CHECK(std::abs(lse - r.at("logsumexp").get<double>()) < 2e-3);
+    for (const auto& t : r.at("top")) {
+      const double want = t[1].get<double>();
+      worst = std::max(worst, std::abs(l[t[0].get<std::size_t>()] - want));
+    }
+    for (std::size_t i = 0; i < r.at("fixed").size(); ++i)
+      worst = std::max(worst, std::abs(l[7 + 768 * i] - r.at("fixed")[i].get<double>()));
+    // The largest logit is the reference's.
+    CHECK(std::max_element(l.begin(), l.end()) - l.begin() == r.at("top")[0][0].get<std::ptrdiff_t>());
+  }
+  MESSAGE("largest |fp32 - float64| logit difference: " << worst);
+  CHECK(worst < 2e-3);
+}
+
+TEST_CASE("llama: fp32 greedy tokens equal the reference's wherever its top-2 margin exceeds 1e-3" *
+          needs(gguf_model())) {
+  llama::model& m = smollm2(llama::precision::fp32);
+  const auto& g = reference().at("greedy");
+  const auto got = teacher_forced(m, 0, greedy_prompts, &two_threads());
+  std::size_t decided = 0, equal = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    const auto ids = g[i].at("ids").get<std::vector<std::int32_t>>();
+    const auto margin = g[i].at("margin").get<std::vector<double>>();
+    for (std::size_t k = 0; k < ids.size(); ++k) {
+      if (margin[k] <= 1e-3) continue;
+      ++decided;
+      equal += got[i].argmax[k] == ids[k];
+      CHECK_MESSAGE(got[i].argmax[k] == ids[k], "prompt " << i << " step " << k << " margin " << margin[k]);
+    }
+  }
+  MESSAGE(equal << " of " << decided << " decided steps equal");
+  CHECK(decided > greedy_prompts * 30);
+}
+
+TEST_CASE("llama: perplexity on the held-out text: fp32 within 0.05% of the reference, native within 0.5%" *
+          needs(gguf_model())) {
+  const auto& res = reference().at("perplexity").at("results");
+  const auto& r128 = *std::find_if(res.begin(), res.end(), [](const auto& r) { return r.at("ctx") == 128; });
+  double want = 0.0;
+  std::size_t scored = 0;
+  for (std::size_t c = 0; c < ppl_chunks; ++c) {
+    want += r128.at("per_chunk")[c].at("nll").get<double>();
+    scored += r128.at("per_chunk")[c].at("tokens").get<std::size_t>();
+  }
+  const double want_ppl = std::exp(want / static_cast<double>(scored));
+  for (const auto& [p, bound] :
+       {std::pair{llama::precision::fp32, 5e-4}, std::pair{llama::precision::native, 5e-3}}) {
+    const auto nll = chunk_nll(smollm2(p), 128, ppl_chunks, &two_threads());
+    double got = 0.0;
+    for (double x : nll) got += x;
+    const double ppl = std::exp(got / static_cast<double>(scored));
+    MESSAGE(std::string(llama::to_string(p)) << ": perplexity " << ppl << " against the reference's "
+                                             << want_ppl << " over " << ppl_chunks << " chunks of 128");
+    CHECK(std::abs(ppl / want_ppl - 1.0) < bound);
+  }
+}
+
+TEST_CASE("llama: the tokenizer gives the reference's ids of the held-out text" * needs(gguf_model()) *
+          needs(frugal_test::file("the held-out text", "/usr/share/common-licenses/GPL-3"))) {
+  std::ifstream in("/usr/share/common-licenses/GPL-3", std::ios::binary);
+  std::string text((std::istreambuf_iterator<char>(in)), {});
+  // llama-perplexity's -f drops the file's final newline.
+  if (!text.empty() && text.back() == '\n') text.pop_back();
+  const auto want = reference().at("perplexity").at("tokens").get<std::vector<std::int32_t>>();
+  CHECK(smollm2(llama::precision::native).tokenizer().encode(text, {.add_special = true}) == want);
+}
 
 TEST_CASE("llama: the configuration, tokenizer and chat template come from the file's metadata" *
           needs(gguf_model())) {
