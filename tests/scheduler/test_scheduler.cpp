@@ -1,9 +1,11 @@
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <random>
 #include <stdexcept>
 #include <stop_token>
 #include <vector>
@@ -407,4 +409,41 @@ TEST_CASE("scheduler: destruction resolves what is left with closed and releases
   CHECK(code(a.result) == frugal::scheduler_errc::closed);
   CHECK(code(b.result) == frugal::scheduler_errc::closed);
   CHECK(kv.stats().blocks_used == 0);
+}
+
+TEST_CASE("scheduler: top-p sampling picks as a sort-based nucleus does") {
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> logit(-4, 4);
+  for (int trial = 0; trial < 200; ++trial) {
+    std::vector<float> row(1 + rng() % 40);
+    for (auto& x : row) x = trial % 3 == 0 ? std::round(logit(rng)) : logit(rng);  // ties too
+    const frugal::sampling_params p{.temperature = 0.5f + static_cast<float>(trial % 4) * 0.3f,
+                                    .top_p = 0.05f + static_cast<float>(trial % 19) * 0.05f};
+    const double u = std::uniform_real_distribution<double>(0, 1)(rng);
+    // The reference: sort by weight (lower id first among equals), keep the shortest run reaching top_p,
+    // draw over it in id order.
+    const double top = *std::max_element(row.begin(), row.end());
+    std::vector<double> w(row.size());
+    double total = 0;
+    for (std::size_t i = 0; i < row.size(); ++i) total += w[i] = std::exp((row[i] - top) / p.temperature);
+    std::vector<std::size_t> order(row.size());
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](auto a, auto b) { return w[a] > w[b]; });
+    std::vector<bool> in(row.size());
+    double mass = 0;
+    for (std::size_t k = 0; k < order.size() && mass < p.top_p * total; ++k) {
+      in[order[k]] = true;
+      mass += w[order[k]];
+    }
+    double run = 0;
+    std::size_t want = 0;
+    for (std::size_t i = 0; i < row.size(); ++i)
+      if (in[i]) {
+        run += w[i];
+        want = i;
+        if (run > u * mass) break;
+      }
+    CAPTURE(trial);
+    CHECK(frugal::sample_token(row, p, u) == static_cast<frugal::kv_token>(want));
+  }
 }

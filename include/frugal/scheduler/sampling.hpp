@@ -4,7 +4,6 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
-#include <numeric>
 #include <optional>
 #include <span>
 #include <vector>
@@ -42,51 +41,85 @@ inline std::optional<kv_token> sample_token(std::span<const float> logits, const
   if (best == logits.size()) return std::nullopt;
   if (p.temperature <= 0) return static_cast<kv_token>(best);
   const double top = logits[best], inv_t = 1.0 / static_cast<double>(p.temperature);
-  auto weight = [&](std::size_t i) {
-    return std::isfinite(logits[i]) ? std::exp((static_cast<double>(logits[i]) - top) * inv_t) : 0.0;
-  };
+  std::vector<double> w(logits.size());
   double total = 0;
-  for (std::size_t i = 0; i < logits.size(); ++i) total += weight(i);
+  for (std::size_t i = 0; i < logits.size(); ++i) {
+    w[i] = std::isfinite(logits[i]) ? std::exp((static_cast<double>(logits[i]) - top) * inv_t) : 0.0;
+    total += w[i];
+  }
   if (p.top_p >= 1) {
     const double target = u * total;
     double acc = 0;
     std::size_t last = best;
-    for (std::size_t i = 0; i < logits.size(); ++i) {
-      const double w = weight(i);
-      if (w == 0) continue;
-      acc += w;
+    for (std::size_t i = 0; i < w.size(); ++i) {
+      if (w[i] == 0) continue;
+      acc += w[i];
       last = i;
       if (acc > target) return static_cast<kv_token>(i);
     }
     return static_cast<kv_token>(last);
   }
-  // The nucleus: most likely first (lower id first among equals). The top 64 usually hold it; the whole
-  // row is sorted only when they do not.
-  std::vector<std::uint32_t> order(logits.size());
-  std::iota(order.begin(), order.end(), 0u);
-  auto more_likely = [&](std::uint32_t a, std::uint32_t b) {
-    const double wa = weight(a), wb = weight(b);
-    return wa != wb ? wa > wb : a < b;
-  };
+  // The nucleus is the shortest run, most likely first (lower id first among equals), whose weight reaches
+  // top_p of the total: every token above a threshold weight tau, then tokens at tau in id order. tau is
+  // found by a weighted quickselect, O(vocab) expected, with no sort; the draw then walks the nucleus in id
+  // order.
   const double need = static_cast<double>(p.top_p) * total;
-  std::size_t k = std::min<std::size_t>(64, order.size());
-  for (;;) {
-    std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(k), order.end(),
-                      more_likely);
-    double acc = 0;
-    std::size_t n = 0;
-    while (n < k && acc < need) acc += weight(order[n++]);
-    if (acc >= need || k == order.size()) {
-      const double target = u * acc;
-      double run = 0;
-      for (std::size_t i = 0; i < n; ++i) {
-        run += weight(order[i]);
-        if (run > target) return static_cast<kv_token>(order[i]);
+  std::vector<std::uint32_t> cand, next;
+  cand.reserve(logits.size());
+  for (std::size_t i = 0; i < logits.size(); ++i)
+    if (w[i] > 0) cand.push_back(static_cast<std::uint32_t>(i));
+  double above = 0;  // weight of the tokens known to lie above every candidate
+  double tau = 0;
+  while (!cand.empty()) {
+    const double a = w[cand.front()], b = w[cand[cand.size() / 2]], c = w[cand.back()];
+    const double pivot = std::max(std::min(a, b), std::min(std::max(a, b), c));
+    double greater = 0, equal = 0;
+    next.clear();
+    for (const std::uint32_t i : cand) {
+      if (w[i] > pivot) {
+        greater += w[i];
+        next.push_back(i);
+      } else if (w[i] == pivot) {
+        equal += w[i];
       }
-      return static_cast<kv_token>(order[n - 1]);
     }
-    k = order.size();
+    if (above + greater >= need) {
+      cand.swap(next);
+      continue;
+    }
+    tau = pivot;
+    if (above + greater + equal >= need) break;
+    above += greater + equal;
+    tau = 0;
+    next.clear();
+    for (const std::uint32_t i : cand)
+      if (w[i] < pivot) next.push_back(i);
+    cand.swap(next);
   }
+  double nucleus = 0;
+  for (std::size_t i = 0; i < w.size(); ++i)
+    if (w[i] > tau) nucleus += w[i];
+  std::size_t ties = 0;  // tokens at tau in the nucleus, the lowest ids
+  if (tau > 0)
+    for (std::size_t i = 0; i < w.size() && nucleus < need; ++i)
+      if (w[i] == tau) {
+        nucleus += w[i];
+        ++ties;
+      }
+  const double target = u * nucleus;
+  double run = 0;
+  std::size_t last = best;
+  for (std::size_t i = 0; i < w.size(); ++i) {
+    if (w[i] < tau || w[i] == 0) continue;
+    if (w[i] == tau) {
+      if (ties == 0) continue;
+      --ties;
+    }
+    run += w[i];
+    last = i;
+    if (run > target) return static_cast<kv_token>(i);
+  }
+  return static_cast<kv_token>(last);
 }
 
 FRUGAL_END_NAMESPACE

@@ -30,7 +30,8 @@ struct step_entry {
 
 namespace detail {
 struct sched_seq;
-}
+class scheduler_core;
+}  // namespace detail
 
 /// @brief What the model runs in one forward pass. Decode entries come first, then prefill chunks. Pass it
 /// back to complete() or fail(); the spans stay valid while the step lives. Move-only.
@@ -53,8 +54,7 @@ class step {
   std::size_t logits_rows() const noexcept { return logits_rows_; }
 
  private:
-  template <class Clock>
-  friend class scheduler;
+  friend class detail::scheduler_core;
 
   std::uint64_t id_ = 0;
   std::vector<step_entry> entries_;
