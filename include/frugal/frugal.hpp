@@ -12,6 +12,7 @@
 #include "frugal/pool.hpp"
 #include "frugal/prometheus.hpp"
 #include "frugal/quant.hpp"
+#include "frugal/scheduler.hpp"
 #include "frugal/version.hpp"
 
 // Faces with a dependency of their own come in where its headers are found; their targets link its library.

@@ -67,13 +67,21 @@ int main() {
     kv.commit(seq);
   }
   frugal::append_prometheus(metrics, kv.stats());
+  frugal::scheduler<> sched(kv, {.max_running = 2, .step_tokens = 4, .vocab_size = 4});
+  auto gen = sched.submit({.prompt = {1, 2, 3}, .max_tokens = 2});
+  while (auto st = sched.try_next_step()) {
+    const std::vector<float> logits(st->logits_rows() * 4, 0.5f);
+    sched.complete(*st, logits);
+  }
+  const std::size_t generated = gen.result.get().tokens.size();
+  frugal::append_prometheus(metrics, sched.stats());
   namespace q = frugal::quant;
   const q::row_matrix w = q::row_matrix::Random(16, 64), x = q::row_matrix::Random(4, 64);
   q::row_matrix y;
   q::gemm_w8a8(q::quantize_rows(x), q::quantize_weights_per_channel(w), y, {});
   std::string why;
   const bool nvml = fc::nvml::open("libnvidia-ml.so.1", &why).has_value();
-  std::printf("%zu %zu %d %d %g %d\n", out.size(), metrics.str().size(), hit ? 1 : 0, f.get(),
-              static_cast<double>(y(0, 0)), nvml ? 1 : 0);
+  std::printf("%zu %zu %d %d %g %d %zu\n", out.size(), metrics.str().size(), hit ? 1 : 0, f.get(),
+              static_cast<double>(y(0, 0)), nvml ? 1 : 0, generated);
   return 0;
 }
