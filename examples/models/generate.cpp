@@ -226,7 +226,7 @@ int main(int argc, char** argv) try {
                                       ids.begin() + static_cast<std::ptrdiff_t>((ch + 1) * ctx));
       if (tok.adds_bos()) chunk[0] = tok.bos();
       llama::sequence seq = m->open();
-      const llama::step_entry e{.seq = &seq, .tokens = chunk, .all_logits = true, .logits_from = first};
+      const llama::input e{.seq = &seq, .tokens = chunk, .all_logits = true, .logits_from = first};
       const std::vector<float> logits = m->forward(std::span(&e, 1), &pool);
       double sum = 0.0;
       for (std::size_t i = first; i + 1 < ctx; ++i) {
@@ -264,14 +264,14 @@ int main(int argc, char** argv) try {
     for (std::size_t r = 0; r <= reps; ++r) {  // run 0 warms up, as llama-bench's does
       llama::sequence seq = m->open();
       auto t0 = clock_type::now();
-      const llama::step_entry e{.seq = &seq, .tokens = toks};
+      const llama::input e{.seq = &seq, .tokens = toks};
       (void)m->forward(std::span(&e, 1), &pool);
       const double p_s = seconds_since(t0);
       seq = m->open();
       std::int32_t next = toks[0];
       t0 = clock_type::now();
       for (std::size_t i = 0; i < n_gen; ++i) {
-        const llama::step_entry d{.seq = &seq, .tokens = std::span(&next, 1)};
+        const llama::input d{.seq = &seq, .tokens = std::span(&next, 1)};
         const std::vector<float> logits = m->forward(std::span(&d, 1), &pool);
         next = static_cast<std::int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
       }
@@ -346,7 +346,7 @@ int main(int argc, char** argv) try {
       live.push_back({next_job, std::move(seq), std::move(feed)});
       ++next_job;
     }
-    std::vector<llama::step_entry> entries;
+    std::vector<llama::input> entries;
     bool any_prefill = false;
     for (auto& r : live) {
       entries.push_back({.seq = &r.seq, .tokens = r.feed});

@@ -41,6 +41,7 @@
 #include <frugal/model/chat_template.hpp>
 #include <frugal/model/gguf.hpp>
 #include <frugal/quant/ggml.hpp>
+#include <frugal/scheduler.hpp>
 
 namespace llama {
 
@@ -331,9 +332,10 @@ struct load_options {
   bool prefix_caching = true;
 };
 
-/// @brief What one entry of a step asks: run `tokens` at the end of `seq`, and return logits for its last
-/// token, or for every token from position `logits_from` of `tokens` on.
-struct step_entry {
+/// @brief One sequence's input to model::forward: run `tokens` at the end of `seq`, and return logits for its
+/// last token, or for every token from position `logits_from` of `tokens` on. (A frugal::scheduler's step
+/// carries its own frugal::step_entry list; model::run_step takes that.)
+struct input {
   sequence* seq = nullptr;
   std::span<const std::int32_t> tokens;
   bool all_logits = false;
@@ -436,11 +438,11 @@ class model {
   /// packed batch. Returns the logits asked for, entry after entry (vocab floats per row). An entry that
   /// would overflow its sequence, a token id out of the vocabulary or two entries on one sequence throw
   /// before anything runs.
-  std::vector<float> forward(std::span<const step_entry> entries, q::executor* threads = nullptr) {
+  std::vector<float> forward(std::span<const input> entries, q::executor* threads = nullptr) {
     const config& c = cfg_;
     std::size_t t = 0, out_rows = 0;
     for (std::size_t e = 0; e < entries.size(); ++e) {
-      const step_entry& s = entries[e];
+      const input& s = entries[e];
       if (!s.seq)
         throw std::invalid_argument("llama::forward: entries[" + std::to_string(e) + "].seq is null");
       for (std::size_t f = 0; f < e; ++f)
@@ -468,30 +470,74 @@ class model {
     }
     if (t == 0) return {};
     std::size_t blocks = 0;
-    for (const step_entry& s : entries) blocks += kv_->blocks_needed(s.seq->id_, s.tokens.size());
+    for (const input& s : entries) blocks += kv_->blocks_needed(s.seq->id_, s.tokens.size());
     if (blocks > kv_->blocks_available())
       throw std::length_error("llama::forward: the step needs " + std::to_string(blocks) + " KV blocks and " +
                               std::to_string(kv_->blocks_available()) + " of " +
                               std::to_string(kv_->blocks_total()) +
                               " are free or evictable (load_options.kv_budget_bytes)");
-    // Positions before the append.
-    std::vector<std::size_t> first(entries.size());
+    std::vector<group> groups(entries.size());
     for (std::size_t e = 0; e < entries.size(); ++e) {
-      first[e] = entries[e].seq->length();
-      const auto r = kv_->append(entries[e].seq->id_, entries[e].tokens);
+      const input& s = entries[e];
+      groups[e] = {s.seq->id_, s.tokens, s.seq->length(),
+                   s.tokens.empty() ? 0
+                   : s.all_logits   ? s.logits_from
+                                    : s.tokens.size() - 1};
+      const auto r = kv_->append(s.seq->id_, s.tokens);
       if (!r) throw std::logic_error("llama::forward: a KV append failed after its blocks were counted");
     }
+    std::vector<float> logits = run(groups, out_rows, threads);
+    for (const input& s : entries) kv_->commit(s.seq->id_);
+    return logits;
+  }
 
+  /// @brief Runs a frugal::scheduler step on this model: the scheduler has appended the entries' tokens to
+  /// this model's kv() and commits them when the step completes. Returns the logits of the entries whose
+  /// `logits` is set, in entry order, as scheduler::complete takes them.
+  std::vector<float> run_step(const frugal::step& st, q::executor* threads = nullptr) {
+    std::vector<group> groups(st.size());
+    std::size_t out_rows = 0;
+    for (std::size_t e = 0; e < st.size(); ++e) {
+      const frugal::step_entry& s = st[e];
+      for (std::size_t i = 0; i < s.tokens.size(); ++i)
+        if (s.tokens[i] < 0 || static_cast<std::size_t>(s.tokens[i]) >= cfg_.vocab)
+          throw std::out_of_range("llama::run_step: entries[" + std::to_string(e) + "].tokens[" +
+                                  std::to_string(i) + "] = " + std::to_string(s.tokens[i]) +
+                                  " is not a token id (vocabulary of " + std::to_string(cfg_.vocab) + ")");
+      if (s.first_position + s.tokens.size() > cfg_.context)
+        throw std::length_error("llama::run_step: entries[" + std::to_string(e) +
+                                "] runs past the context length " + std::to_string(cfg_.context) +
+                                " (llama.context_length)");
+      groups[e] = {s.kv, s.tokens, s.first_position, s.logits ? s.tokens.size() - 1 : s.tokens.size()};
+      out_rows += s.logits && !s.tokens.empty() ? 1 : 0;
+    }
+    return run(groups, out_rows, threads);
+  }
+
+ private:
+  // One sequence's rows in a packed step: tokens at positions first, first + 1, ... (already appended to the
+  // KV cache), logits for the tokens from logits_from on (tokens.size(): none).
+  struct group {
+    frugal::kv_sequence_id kv{};
+    std::span<const std::int32_t> tokens;
+    std::size_t first = 0;
+    std::size_t logits_from = 0;
+  };
+
+  std::vector<float> run(std::span<const group> entries, std::size_t out_rows, q::executor* threads) {
+    const config& c = cfg_;
+    std::size_t t = 0;
+    for (const group& g : entries) t += g.tokens.size();
     // The residual stream, one row per token, and each row's position.
     std::vector<float> x(t * c.hidden), h(t * c.hidden);
     std::vector<std::size_t> pos(t);
     {
       std::size_t r = 0;
-      for (const step_entry& s : entries)
+      for (const group& s : entries)
         for (std::size_t i = 0; i < s.tokens.size(); ++i, ++r) {
           frugal::gguf::dequantize_rows(*embd_, static_cast<std::uint64_t>(s.tokens[i]), 1,
                                         std::span<float>(x.data() + r * c.hidden, c.hidden));
-          pos[r] = s.seq->length() - s.tokens.size() + i;
+          pos[r] = s.first + i;
         }
     }
     // cos and sin of every row's angles, once for all layers.
@@ -508,7 +554,7 @@ class model {
     std::vector<float> qkv(t * qkv_w), qs(t * c.q_dim()), att(t * c.q_dim()), gu(t * 2 * c.ffn),
         act(t * c.ffn), y(t * c.hidden);
     std::size_t longest = 0;
-    for (const step_entry& s : entries) longest = std::max(longest, s.tokens.size());
+    for (const group& s : entries) longest = std::max(longest, s.tokens.size());
     std::vector<float> ks(longest * c.kv_dim()), vs(longest * c.kv_dim());
     for (std::size_t l = 0; l < c.layers; ++l) {
       const layer& L = layers_[l];
@@ -530,12 +576,12 @@ class model {
             std::memcpy(ks.data() + i * c.kv_dim(), row + c.q_dim(), c.kv_dim() * sizeof(float));
             std::memcpy(vs.data() + i * c.kv_dim(), row + c.q_dim() + c.kv_dim(), c.kv_dim() * sizeof(float));
           }
-          kv_->write(entries[e].seq->id_, l, first[e], std::span<const float>(ks.data(), n * c.kv_dim()),
+          kv_->write(entries[e].kv, l, entries[e].first, std::span<const float>(ks.data(), n * c.kv_dim()),
                      std::span<const float>(vs.data(), n * c.kv_dim()));
           r0 += n;
         }
       }
-      attend(entries, first, l, qs.data(), att.data(), threads);
+      attend(entries, l, qs.data(), att.data(), threads);
       L.o.forward(att.data(), t, y.data(), threads);
       for (std::size_t i = 0; i < t * c.hidden; ++i) x[i] += y[i];
 
@@ -550,17 +596,14 @@ class model {
       L.down.forward(act.data(), t, y.data(), threads);
       for (std::size_t i = 0; i < t * c.hidden; ++i) x[i] += y[i];
     }
-    for (const step_entry& s : entries) kv_->commit(s.seq->id_);
-
     // Only the rows whose logits were asked for go through the output norm and projection.
     std::vector<float> sel(out_rows * c.hidden);
     {
       std::size_t r = 0, o = 0;
-      for (const step_entry& s : entries) {
+      for (const group& s : entries) {
         const std::size_t n = s.tokens.size();
         if (n != 0) {
-          const std::size_t from = s.all_logits ? s.logits_from : n - 1;
-          for (std::size_t i = from; i < n; ++i, ++o)
+          for (std::size_t i = s.logits_from; i < n; ++i, ++o)
             std::memcpy(sel.data() + o * c.hidden, x.data() + (r + i) * c.hidden, c.hidden * sizeof(float));
         }
         r += n;
@@ -572,7 +615,6 @@ class model {
     return logits;
   }
 
- private:
   struct layer {
     std::vector<float> attn_norm, ffn_norm;
     linear qkv, o, gate_up, down;
@@ -612,11 +654,11 @@ class model {
   // bits depend only on its query, its position and the K/V before it, so a prompt prefilled at once and fed
   // token by token give the same logits). A prefill splits its heads over the threads; a decode step's
   // attention is too little work to hand to another thread.
-  void attend(std::span<const step_entry> entries, std::span<const std::size_t> first, std::size_t l,
-              const float* q, float* att, q::executor* threads) const {
+  void attend(std::span<const group> entries, std::size_t l, const float* q, float* att,
+              q::executor* threads) const {
     const config& c = cfg_;
     std::size_t work = 0;
-    for (const step_entry& s : entries) work += s.tokens.size() * s.seq->length();
+    for (const group& s : entries) work += s.tokens.size() * (s.first + s.tokens.size());
     const std::size_t splits =
         threads && work * c.hidden >= (std::size_t{1} << 20) ? std::min(threads->concurrency(), c.heads) : 1;
     const auto task = [&](std::size_t i) {
@@ -625,7 +667,7 @@ class model {
       for (std::size_t f = 0; f < e; ++f) r0 += entries[f].tokens.size();
       const std::size_t n = entries[e].tokens.size();
       if (n == 0) return;
-      frugal::kv_attention(*kv_, entries[e].seq->id_, l, first[e],
+      frugal::kv_attention(*kv_, entries[e].kv, l, entries[e].first,
                            std::span<const float>(q + r0 * c.q_dim(), n * c.q_dim()),
                            std::span<float>(att + r0 * c.q_dim(), n * c.q_dim()),
                            {.heads = c.heads,

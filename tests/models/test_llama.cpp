@@ -44,7 +44,7 @@ std::vector<std::vector<float>> last_logits(llama::model& m,
   std::vector<std::vector<float>> out;
   const std::size_t v = m.cfg().vocab;
   if (together) {
-    std::vector<llama::step_entry> entries;
+    std::vector<llama::input> entries;
     for (std::size_t i = 0; i < prompts.size(); ++i)
       entries.push_back({.seq = &seqs[i], .tokens = prompts[i]});
     const auto l = m.forward(entries, threads);
@@ -53,7 +53,7 @@ std::vector<std::vector<float>> last_logits(llama::model& m,
                        l.begin() + static_cast<std::ptrdiff_t>((i + 1) * v));
   } else {
     for (std::size_t i = 0; i < prompts.size(); ++i) {
-      const llama::step_entry e{.seq = &seqs[i], .tokens = prompts[i]};
+      const llama::input e{.seq = &seqs[i], .tokens = prompts[i]};
       out.push_back(m.forward(std::span(&e, 1), threads));
     }
   }
@@ -106,7 +106,7 @@ std::vector<forced> teacher_forced(llama::model& m, std::size_t first, std::size
     const auto gen = g[i].at("ids").get<std::vector<std::int32_t>>();
     ids.insert(ids.end(), gen.begin(), gen.end() - 1);
     llama::sequence s = m.open();
-    const llama::step_entry e{.seq = &s, .tokens = ids, .all_logits = true, .logits_from = from};
+    const llama::input e{.seq = &s, .tokens = ids, .all_logits = true, .logits_from = from};
     const auto l = m.forward(std::span(&e, 1), threads);
     forced f;
     for (std::size_t r = 0; r < gen.size(); ++r)
@@ -129,7 +129,7 @@ std::vector<double> chunk_nll(llama::model& m, std::size_t ctx, std::size_t chun
   for (std::size_t c = 0; c < chunks; ++c) {
     const std::span<const std::int32_t> chunk(tokens.data() + c * ctx, ctx);
     llama::sequence s = m.open();
-    const llama::step_entry e{.seq = &s, .tokens = chunk, .all_logits = true, .logits_from = first};
+    const llama::input e{.seq = &s, .tokens = chunk, .all_logits = true, .logits_from = first};
     const auto l = m.forward(std::span(&e, 1), threads);
     double sum = 0.0;
     for (std::size_t i = first; i + 1 < ctx; ++i) {
@@ -275,12 +275,12 @@ TEST_CASE("llama: a prompt prefilled at once equals the same prompt fed token by
     llama::model& m = smollm2(p);
     const std::vector<std::int32_t>& prompt = sample_prompts()[2];
     llama::sequence a = m.open(), b = m.open();
-    const llama::step_entry whole{.seq = &a, .tokens = prompt, .all_logits = true};
+    const llama::input whole{.seq = &a, .tokens = prompt, .all_logits = true};
     const std::vector<float> all = m.forward(std::span(&whole, 1));
     const std::size_t v = m.cfg().vocab;
     REQUIRE(all.size() == prompt.size() * v);
     for (std::size_t i = 0; i < prompt.size(); ++i) {
-      const llama::step_entry one{.seq = &b, .tokens = std::span(prompt).subspan(i, 1)};
+      const llama::input one{.seq = &b, .tokens = std::span(prompt).subspan(i, 1)};
       const std::vector<float> got = m.forward(std::span(&one, 1));
       const std::vector<float> want(all.begin() + static_cast<std::ptrdiff_t>(i * v),
                                     all.begin() + static_cast<std::ptrdiff_t>((i + 1) * v));
@@ -308,12 +308,12 @@ TEST_CASE("llama: the KV cache's memory is counted and bounded, and full blocks 
   {
     llama::sequence a = m->open(prompt);
     CHECK(a.cached_tokens() == 0);
-    const llama::step_entry e{.seq = &a, .tokens = prompt};
+    const llama::input e{.seq = &a, .tokens = prompt};
     first_logits = m->forward(std::span(&e, 1));
     CHECK(m->kv_bytes() == 3 * 16 * per_token);  // 40 tokens take 3 blocks
     llama::sequence b = m->open();
     std::vector<std::int32_t> long_prompt(60, 7);
-    const llama::step_entry big{.seq = &b, .tokens = long_prompt};
+    const llama::input big{.seq = &b, .tokens = long_prompt};
     CHECK_THROWS_WITH_AS(m->forward(std::span(&big, 1)), doctest::Contains("kv_budget_bytes"),
                          std::length_error);
     CHECK(b.length() == 0);  // refused before anything ran
@@ -325,7 +325,7 @@ TEST_CASE("llama: the KV cache's memory is counted and bounded, and full blocks 
   llama::sequence c = m->open(prompt);
   CHECK(c.cached_tokens() == 32);
   CHECK(c.length() == 32);
-  const llama::step_entry rest{.seq = &c, .tokens = std::span(prompt).subspan(32)};
+  const llama::input rest{.seq = &c, .tokens = std::span(prompt).subspan(32)};
   CHECK(m->forward(std::span(&rest, 1)) == first_logits);
   CHECK(m->kv().stats().prefix_hit_tokens == 32);
 }
@@ -337,21 +337,20 @@ TEST_CASE("llama: a step that cannot run is refused before anything runs, naming
   const std::vector<std::int32_t> five{1, 2, 3, 4, 5}, bad{1, -3},
       big{static_cast<std::int32_t>(m.cfg().vocab)};
   const std::vector<std::int32_t> too_long(m.cfg().context + 1, 5);
-  const llama::step_entry over{.seq = &s, .tokens = too_long};
+  const llama::input over{.seq = &s, .tokens = too_long};
   CHECK_THROWS_WITH_AS(m.forward(std::span(&over, 1)), doctest::Contains("past the context length"),
                        std::length_error);
-  const llama::step_entry neg[] = {{.seq = &s, .tokens = std::span(five).first(1)},
-                                   {.seq = nullptr, .tokens = bad}};
+  const llama::input neg[] = {{.seq = &s, .tokens = std::span(five).first(1)},
+                              {.seq = nullptr, .tokens = bad}};
   CHECK_THROWS_WITH_AS(m.forward(neg), doctest::Contains("entries[1].seq is null"), std::invalid_argument);
   llama::sequence t = m.open();
-  const llama::step_entry ids[] = {{.seq = &s, .tokens = std::span(five).first(1)},
-                                   {.seq = &t, .tokens = bad}};
+  const llama::input ids[] = {{.seq = &s, .tokens = std::span(five).first(1)}, {.seq = &t, .tokens = bad}};
   CHECK_THROWS_WITH_AS(m.forward(ids), doctest::Contains("entries[1].tokens[1] = -3"), std::out_of_range);
-  const llama::step_entry past{.seq = &t, .tokens = big};
+  const llama::input past{.seq = &t, .tokens = big};
   CHECK_THROWS_WITH_AS(m.forward(std::span(&past, 1)), doctest::Contains("is not a token id"),
                        std::out_of_range);
-  const llama::step_entry twice[] = {{.seq = &s, .tokens = std::span(five).first(1)},
-                                     {.seq = &s, .tokens = std::span(five).first(1)}};
+  const llama::input twice[] = {{.seq = &s, .tokens = std::span(five).first(1)},
+                                {.seq = &s, .tokens = std::span(five).first(1)}};
   CHECK_THROWS_WITH_AS(m.forward(twice), doctest::Contains("name the same sequence"), std::invalid_argument);
   CHECK(s.length() == 0);
   CHECK(t.length() == 0);
@@ -427,7 +426,7 @@ TEST_CASE("llama: frugal_generate end to end" * needs(gguf_model())) {
       std::vector<std::int32_t> feed = prompt_ids, want;
       const std::int32_t eot = m.tokenizer().find("<|im_end|>");
       while (want.size() < 12) {
-        const llama::step_entry e{.seq = &s, .tokens = feed};
+        const llama::input e{.seq = &s, .tokens = feed};
         const auto l = m.forward(std::span(&e, 1));
         const auto t = static_cast<std::int32_t>(std::max_element(l.begin(), l.end()) - l.begin());
         want.push_back(t);
