@@ -303,8 +303,9 @@ void run(const params& p, const buffer& buf, std::uint64_t bytes, unsigned threa
   isa best_path = p.paths.front();
   for (isa path : p.paths) {
     const timing t = time_kernel(path, p.passes, buf, words, threads);
-    by_isa +=
-        std::string(by_isa.empty() ? "" : ", ") + "\"" + to_string(path) + "\": " + std::to_string(t.best);
+    char entry[64];
+    std::snprintf(entry, sizeof entry, "%s\"%s\": %.3f", by_isa.empty() ? "" : ", ", to_string(path), t.best);
+    by_isa += entry;
     if (t.best > best.best) {
       best = t;
       best_path = path;
