@@ -7,6 +7,7 @@
 #include "frugal/clock.hpp"
 #include "frugal/cost.hpp"
 #include "frugal/element_type.hpp"
+#include "frugal/kv.hpp"
 #include "frugal/namespace.hpp"
 #include "frugal/pool.hpp"
 #include "frugal/prometheus.hpp"

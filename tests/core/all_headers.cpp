@@ -3,8 +3,9 @@
 // includes frugal into a -Werror build must not stop on a warning of ours (issue 19, class 10). GCC's
 // middle-end warnings (-Wrestrict, -Wstringop-overflow) only fire on code that is instantiated and
 // inlined, hence the calls below (the cache, the ledger and its exports, the batcher, the Prometheus
-// exporters, an int8 GEMM).
+// exporters, an int8 GEMM, the KV cache and its attention).
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <future>
 #include <string>
@@ -56,6 +57,16 @@ int main() {
   fc::append_prometheus(metrics, s, {.labels = {{"replica", "a"}}});
   frugal::append_prometheus(metrics, batcher.stats(), {.labels = {{"model", "m"}}});
   frugal::append_prometheus(metrics, cache.stats());
+  frugal::kv_cache kv({.layers = 1, .kv_heads = 1, .head_dim = 16, .budget_bytes = 1 << 16});
+  const std::int32_t prompt[] = {1, 2, 3};
+  const auto seq = kv.open(prompt, frugal::kv_salt::of("m")).id;
+  if (kv.append(seq, prompt)) {
+    std::vector<float> kv_q(3 * 2 * 16, 0.5f), kv_out(kv_q.size()), kv_kv(3 * 16, 0.25f);
+    kv.write(seq, 0, 0, kv_kv, kv_kv);
+    frugal::kv_attention(kv, seq, 0, 0, kv_q, kv_out, {.heads = 2});
+    kv.commit(seq);
+  }
+  frugal::append_prometheus(metrics, kv.stats());
   namespace q = frugal::quant;
   const q::row_matrix w = q::row_matrix::Random(16, 64), x = q::row_matrix::Random(4, 64);
   q::row_matrix y;
