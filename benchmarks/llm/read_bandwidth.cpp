@@ -237,7 +237,7 @@ word series(word lo, word hi) {
 struct buffer {
   word* data = nullptr;
   std::size_t bytes = 0;
-  buffer(std::size_t b) : bytes(b) {
+  explicit buffer(std::size_t b) : bytes(b) {
     // 2 MiB alignment lets transparent huge pages back the whole buffer, so TLB misses do not
     // masquerade as memory bandwidth.
     data = static_cast<word*>(std::aligned_alloc(std::size_t{2} << 20, bytes));
