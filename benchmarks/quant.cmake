@@ -9,3 +9,5 @@ endif()
 frugal_add_benchmark(bench_quant SOURCES bench_quant.cpp quant/eigen_native.cpp
   LIBS ${frugal_quant_bench_libs} DEFINES ${frugal_quant_bench_defines})
 set_source_files_properties(quant/eigen_native.cpp PROPERTIES COMPILE_OPTIONS "-march=native")
+# gemm_ggml (GGUF Q4_1 / Q8_0 kept quantized) on SmolLM2's shapes, against W8A8 and the read bandwidth.
+frugal_add_benchmark(bench_ggml_gemm SOURCES bench_ggml_gemm.cpp)

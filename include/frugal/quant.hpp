@@ -7,6 +7,7 @@
 #include "frugal/quant/convert.hpp"
 #include "frugal/quant/cpu.hpp"
 #include "frugal/quant/gemm.hpp"
+#include "frugal/quant/ggml.hpp"
 #include "frugal/quant/int4.hpp"
 #include "frugal/quant/metrics.hpp"
 #include "frugal/quant/quantize.hpp"
