@@ -26,6 +26,7 @@
 
 #include "frugal/job/errors.hpp"
 #include "frugal/job/io.hpp"
+#include "frugal/job/shard.hpp"
 #include "frugal/namespace.hpp"
 
 FRUGAL_BEGIN_NAMESPACE
@@ -36,6 +37,13 @@ struct input_identity {
   std::uint64_t size = 0;
   std::uint64_t hash = 0;
   friend bool operator==(const input_identity&, const input_identity&) = default;
+};
+
+/// @brief Which shard a checkpoint is for, and the bytes of the input that shard holds.
+struct shard_extent {
+  job::shard shard;
+  job::slice slice;
+  friend bool operator==(const shard_extent&, const shard_extent&) = default;
 };
 
 /// @brief How far a job got. Offsets are bytes: everything in the input before input_offset has its
@@ -51,6 +59,8 @@ struct checkpoint {
   std::uint64_t output_size = 0;
   std::uint64_t errors_size = 0;
   bool done = false;
+  /// A shard's checkpoint; nullopt for a job over the whole input. input_offset lies in its slice.
+  std::optional<shard_extent> extent{};
   friend bool operator==(const checkpoint&, const checkpoint&) = default;
 };
 
@@ -68,17 +78,24 @@ inline std::string hex64(std::uint64_t v) {
 }
 
 inline nlohmann::json checkpoint_body(const checkpoint& c) {
-  return {{"format", checkpoint_format},
-          {"job", c.job_name},
-          {"input_size", c.input.size},
-          {"input_hash", hex64(c.input.hash)},
-          {"input_offset", c.input_offset},
-          {"input_line", c.input_line},
-          {"records_done", c.records_done},
-          {"bad_records", c.bad_records},
-          {"output_size", c.output_size},
-          {"errors_size", c.errors_size},
-          {"done", c.done}};
+  nlohmann::json j = {{"format", checkpoint_format},
+                      {"job", c.job_name},
+                      {"input_size", c.input.size},
+                      {"input_hash", hex64(c.input.hash)},
+                      {"input_offset", c.input_offset},
+                      {"input_line", c.input_line},
+                      {"records_done", c.records_done},
+                      {"bad_records", c.bad_records},
+                      {"output_size", c.output_size},
+                      {"errors_size", c.errors_size},
+                      {"done", c.done}};
+  if (c.extent) {
+    j["shard_index"] = c.extent->shard.index;
+    j["shard_count"] = c.extent->shard.count;
+    j["slice_begin"] = c.extent->slice.begin;
+    j["slice_end"] = c.extent->slice.end;
+  }
+  return j;
 }
 
 inline std::uint64_t checksum_of(const nlohmann::json& body) {
@@ -138,10 +155,30 @@ inline checkpoint parse_checkpoint(const std::string& text, const std::string& p
     c.output_size = j.at("output_size").get<std::uint64_t>();
     c.errors_size = j.at("errors_size").get<std::uint64_t>();
     c.done = j.at("done").get<bool>();
+    const int shard_fields = int(j.contains("shard_index")) + int(j.contains("shard_count")) +
+                             int(j.contains("slice_begin")) + int(j.contains("slice_end"));
+    if (shard_fields != 0 && shard_fields != 4)
+      throw corrupt("shard_index, shard_count, slice_begin and slice_end come all together or not at all");
+    if (shard_fields == 4) {
+      const auto index = j.at("shard_index").get<std::uint64_t>(),
+                 count = j.at("shard_count").get<std::uint64_t>();
+      if (count == 0 || count > UINT32_MAX || index >= count)
+        throw corrupt("shard_index not below shard_count");
+      c.extent =
+          shard_extent{{std::uint32_t(index), std::uint32_t(count)},
+                       {j.at("slice_begin").get<std::uint64_t>(), j.at("slice_end").get<std::uint64_t>()}};
+    }
+  } catch (const error&) {
+    throw;
   } catch (const std::exception& e) {
     throw corrupt(std::string("bad field: ") + e.what());
   }
   if (c.input_offset > c.input.size) throw corrupt("input_offset beyond the input's size");
+  if (c.extent) {
+    const job::slice& r = c.extent->slice;
+    if (r.begin > r.end || r.end > c.input.size) throw corrupt("slice not within the input");
+    if (c.input_offset < r.begin || c.input_offset > r.end) throw corrupt("input_offset outside the slice");
+  }
   return c;
 }
 
@@ -170,7 +207,8 @@ inline std::optional<checkpoint> read_checkpoint(const std::string& dir) {
 
 /// @brief Throws job_errc::checkpoint_mismatch unless `c` is for this job and this input.
 inline void check_checkpoint_matches(const checkpoint& c, const std::string& job_name,
-                                     const input_identity& input, const std::string& dir) {
+                                     const input_identity& input, const std::string& dir,
+                                     const std::optional<shard_extent>& extent = std::nullopt) {
   const std::string where = "checkpoint " + dir + "/" + checkpoint_file_name;
   if (c.job_name != job_name)
     throw error(job_errc::checkpoint_mismatch, where + " belongs to job \"" + c.job_name + "\", not \"" +
@@ -180,6 +218,14 @@ inline void check_checkpoint_matches(const checkpoint& c, const std::string& job
                 where + " was written for another input (size " + std::to_string(c.input.size) + ", hash " +
                     detail::hex64(c.input.hash) + "; this input: size " + std::to_string(input.size) +
                     ", hash " + detail::hex64(input.hash) + "); refusing to reuse it");
+  auto describe = [](const std::optional<shard_extent>& e) {
+    return e ? to_string(e->shard) + " (bytes " + std::to_string(e->slice.begin) + " .. " +
+                   std::to_string(e->slice.end) + ")"
+             : std::string("the whole input");
+  };
+  if (c.extent != extent)
+    throw error(job_errc::checkpoint_mismatch, where + " was written for " + describe(c.extent) + ", not " +
+                                                   describe(extent) + "; refusing to reuse it");
 }
 
 }  // namespace job
