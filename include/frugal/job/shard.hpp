@@ -41,14 +41,13 @@ namespace detail {
 
 inline std::uint32_t parse_shard_number(const char* var, const char* text) {
   const std::string s = text;
-  std::size_t pos = 0;
-  unsigned long long v = 0;
-  try {
-    v = std::stoull(s, &pos);
-  } catch (...) {
-    pos = 0;
+  std::uint64_t v = 0;
+  bool ok = !s.empty() && s.size() <= 10;
+  for (const char ch : s) {
+    if (ch < '0' || ch > '9') ok = false;
+    if (ok) v = v * 10 + std::uint64_t(ch - '0');
   }
-  if (s.empty() || s[0] == '-' || s[0] == '+' || pos != s.size() || v > UINT32_MAX)
+  if (!ok || v > UINT32_MAX)
     throw error(job_errc::invalid_options,
                 std::string(var) + "=\"" + s + "\" is not an integer in 0 .. " + std::to_string(UINT32_MAX));
   return static_cast<std::uint32_t>(v);
