@@ -17,6 +17,7 @@
 #  undef FRUGAL_JOB_UNDEF_XXH_STATIC
 #endif
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -120,6 +121,36 @@ inline input_identity identify_input(const std::string& path) {
   }
   return {size, XXH3_64bits_digest(&state)};
 }
+
+namespace detail {
+
+// The identity of the file at `path`, which must be `size` bytes long, and the number of lines before byte
+// `begin` (a job shard's first line number, less one), in one read.
+inline input_identity identify_and_count(const std::string& path, std::uint64_t size, std::uint64_t begin,
+                                         std::uint64_t& lines_before) {
+  file f(path, O_RDONLY);
+  XXH3_state_t state;
+  XXH3_64bits_reset(&state);
+  std::uint64_t read = 0;
+  lines_before = 0;
+  static thread_local char buf[1 << 16];
+  for (;;) {
+    const std::size_t n = f.read_some(buf, sizeof buf);
+    if (n == 0) break;
+    XXH3_64bits_update(&state, buf, n);
+    if (read < begin) {
+      const auto upto = static_cast<std::size_t>(std::min<std::uint64_t>(n, begin - read));
+      for (std::size_t i = 0; i < upto; ++i) lines_before += buf[i] == '\n';
+    }
+    read += n;
+  }
+  if (read != size)
+    throw error(job_errc::io, "input " + path + " changed while the job read it (" + std::to_string(size) +
+                                  " bytes, then " + std::to_string(read) + ")");
+  return {read, XXH3_64bits_digest(&state)};
+}
+
+}  // namespace detail
 
 /// @brief The checkpoint as text: its fields and a checksum over them.
 inline std::string serialize_checkpoint(const checkpoint& c) {

@@ -193,7 +193,7 @@ class basic_runner {
     const std::optional<shard_extent> extent = shard_of_input();
     const job::slice slice = extent ? extent->slice : job::slice{0, input_size_};
     std::uint64_t lines_before = 0;
-    const input_identity id = identify(slice.begin, lines_before);
+    const input_identity id = detail::identify_and_count(o_.input, input_size_, slice.begin, lines_before);
     const std::optional<checkpoint> cp = read_checkpoint(o_.checkpoint_dir);
     out_ = detail::file(o_.output, O_WRONLY | O_CREAT | O_APPEND);
     err_ = detail::file(o_.errors, O_WRONLY | O_CREAT | O_APPEND);
@@ -291,55 +291,16 @@ class basic_runner {
 
   // checkpoint_dir's lock, or nullopt when a stop request came while another run held it.
   std::optional<detail::dir_lock> take_lock() {
-    char host[256] = "unknown";
-    ::gethostname(host, sizeof host - 1);
-    const std::string path = o_.checkpoint_dir + "/lock";
-    const std::string note = "host " + std::string(host) + " pid " + std::to_string(::getpid()) + "\n";
-    std::string holder;
-    for (;;) {
-      if (auto l = detail::dir_lock::try_lock(path, note, holder)) return l;
-      if (!stats().waited_for_lock) {
-        update([](job::stats& s) { s.waited_for_lock = true; });
-        std::fprintf(stderr, "frugal::job: %s: %s is held by another run (%s); waiting for it to end\n",
-                     o_.name.c_str(), path.c_str(), holder.c_str());
-      }
-      if (stop_requested()) return std::nullopt;
-      std::this_thread::sleep_for(o_.lock_poll);
-    }
+    return detail::wait_for_lock(o_.checkpoint_dir + "/lock", o_.name, o_.lock_poll, [&] {
+      update([](job::stats& s) { s.waited_for_lock = true; });
+      return stop_requested();
+    });
   }
 
   std::optional<shard_extent> shard_of_input() {
-    struct stat st {};
-    if (::stat(o_.input.c_str(), &st) != 0) detail::throw_io("stat", o_.input, errno);
-    input_size_ = static_cast<std::uint64_t>(st.st_size);
+    input_size_ = detail::file(o_.input, O_RDONLY).size();
     if (o_.shard.count == 1) return std::nullopt;
     return shard_extent{o_.shard, slice_of(o_.input, input_size_, o_.shard)};
-  }
-
-  // The input's identity, read once, and the number of lines before byte `begin` (the shard's first line
-  // number, less one).
-  input_identity identify(std::uint64_t begin, std::uint64_t& lines_before) {
-    detail::file f(o_.input, O_RDONLY);
-    XXH3_state_t state;
-    XXH3_64bits_reset(&state);
-    std::uint64_t size = 0;
-    lines_before = 0;
-    static thread_local char buf[1 << 16];
-    for (;;) {
-      const std::size_t n = f.read_some(buf, sizeof buf);
-      if (n == 0) break;
-      XXH3_64bits_update(&state, buf, n);
-      if (size < begin) {
-        const std::size_t upto = static_cast<std::size_t>(std::min<std::uint64_t>(n, begin - size));
-        for (std::size_t i = 0; i < upto; ++i) lines_before += buf[i] == '\n';
-      }
-      size += n;
-    }
-    if (size != input_size_)
-      throw error(job_errc::io, "input " + o_.input + " changed while the job read it (" +
-                                    std::to_string(input_size_) + " bytes, then " + std::to_string(size) +
-                                    ")");
-    return {size, XXH3_64bits_digest(&state)};
   }
 
   int stop_count() const noexcept {

@@ -10,8 +10,11 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
+#include <cstdio>
 #include <optional>
 #include <string>
+#include <thread>
 
 #include "frugal/job/errors.hpp"
 #include "frugal/job/io.hpp"
@@ -50,6 +53,25 @@ class dir_lock {
   explicit dir_lock(file f) : f_(std::move(f)) {}
   file f_;  // closing it releases the lock
 };
+
+// Polls for the lock at `path` every `poll`. While another run holds it, `waiting` is called once per poll
+// (the first call after a note to stderr naming the holder); nullopt when it returns true (a stop request).
+template <class Waiting>
+std::optional<dir_lock> wait_for_lock(const std::string& path, const std::string& job_name,
+                                      std::chrono::nanoseconds poll, Waiting waiting) {
+  char host[256] = "unknown";
+  ::gethostname(host, sizeof host - 1);
+  const std::string note = "host " + std::string(host) + " pid " + std::to_string(::getpid()) + "\n";
+  std::string holder;
+  for (bool told = false;; told = true) {
+    if (auto l = dir_lock::try_lock(path, note, holder)) return l;
+    if (!told)
+      std::fprintf(stderr, "frugal::job: %s: %s is held by another run (%s); waiting for it to end\n",
+                   job_name.c_str(), path.c_str(), holder.c_str());
+    if (waiting()) return std::nullopt;
+    std::this_thread::sleep_for(poll);
+  }
+}
 
 }  // namespace job::detail
 FRUGAL_END_NAMESPACE
