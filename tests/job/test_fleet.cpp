@@ -15,6 +15,7 @@
 
 #  include <algorithm>
 #  include <chrono>
+#  include <cstdio>
 #  include <filesystem>
 #  include <random>
 #  include <string>
@@ -45,6 +46,12 @@ struct fleet_config {
   int max_gap_ms = 50;  // between two of the killer's moves
   int duplicates = 3;   // extra processes started on an index that already has one running
 };
+
+std::string files_dir(const std::string& prefix, std::uint32_t i, std::uint32_t n) {
+  char name[48];
+  std::snprintf(name, sizeof name, "/shard-%05u-of-%05u", unsigned(i), unsigned(n));
+  return prefix + name;
+}
 
 std::string count_of(const std::string& text, const std::string& what) {
   std::size_t n = 0;
@@ -115,16 +122,22 @@ void run_fleet(const fleet_config& cfg) {
       ++completions;
     }
     if (running.empty()) break;
+    // Below the kill count, a kill every round: every other one aimed at a process whose shard has a
+    // checkpoint not yet done, a kill mid-work that the restart must resume; the others at any process.
+    const bool aim = kills % 2 == 0;
     std::vector<const live*> killable;
-    for (const live& l : running)
-      if (!l.spared) killable.push_back(&l);
-    const live& victim = killable.empty() ? running.front() : *killable[rng() % killable.size()];
+    for (const live& l : running) {
+      if (l.spared) continue;
+      const std::string cp = files_dir(prefix, l.index, cfg.shards) + "/checkpoint.json";
+      if (!aim || (std::filesystem::exists(cp) && slurp(cp).find("\"done\":false") != std::string::npos))
+        killable.push_back(&l);
+    }
     // A victim that exited since the reap above is a zombie: the kill is sent but not counted as one.
-    if (restarts < cfg.min_kills && !victim.spared && rng() % 3 != 0) {
-      ::kill(victim.c.pid, SIGKILL);
+    if (restarts < cfg.min_kills && !killable.empty()) {
+      ::kill(killable[rng() % killable.size()]->c.pid, SIGKILL);
       ++kills;
     } else if (duplicates < cfg.duplicates && rng() % 4 == 0) {
-      start(victim.index);
+      start(running[rng() % running.size()].index);
       ++duplicates;
     }
   }
@@ -155,7 +168,7 @@ void run_fleet(const fleet_config& cfg) {
 TEST_CASE(
     "job fleet: 4 shards of the stand-in with SIGKILLs, restarts and two processes on one index merge "
     "to the single run's bytes") {
-  run_fleet({.model = "stand-in", .records = 1200, .batch = 8, .every = 16, .slow_ms = 6, .min_kills = 12});
+  run_fleet({.model = "stand-in", .records = 1200, .batch = 8, .every = 16, .slow_ms = 10, .min_kills = 12});
 }
 
 TEST_CASE(
@@ -166,8 +179,9 @@ TEST_CASE(
              .records = 96,
              .batch = 4,
              .every = 4,
+             .slow_ms = 60,
              .min_kills = 6,
-             .max_gap_ms = 150,
+             .max_gap_ms = 80,
              .duplicates = 2});
 }
 
