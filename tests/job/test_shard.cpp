@@ -257,7 +257,9 @@ TEST_CASE("job merge: a missing, unfinished or truncated shard is an error namin
         }).code() == job_errc::shard_incomplete);
 }
 
-TEST_CASE("job checkpoint: a shard's extent round-trips; partial or out-of-range shard fields are corrupt") {
+TEST_CASE(
+    "job checkpoint: a shard's extent round-trips; partial shard fields, out-of-range or mistyped fields are "
+    "corrupt") {
   temp_dir d;
   const job::checkpoint c{.job_name = "embed",
                           .input = {.size = 1000, .hash = 7},
@@ -278,6 +280,13 @@ TEST_CASE("job checkpoint: a shard's extent round-trips; partial or out-of-range
     CHECK(e.code() == job_errc::checkpoint_corrupt);
     return std::string(e.what());
   };
+  CHECK(tampered([](nlohmann::json& j) { j["records_done"] = -1; }).find("not a non-negative integer") !=
+        std::string::npos);
+  CHECK(tampered([](nlohmann::json& j) { j["input_size"] = 1.6e95; }).find("not a non-negative integer") !=
+        std::string::npos);
+  CHECK(tampered([](nlohmann::json& j) { j["input_hash"] = " -1"; }).find("16 hex digits") !=
+        std::string::npos);
+  CHECK(tampered([](nlohmann::json& j) { j["format"] = 1; }).find("no format string") != std::string::npos);
   CHECK(tampered([](nlohmann::json& j) { j.erase("slice_end"); }).find("all together") != std::string::npos);
   CHECK(tampered([](nlohmann::json& j) { j["shard_index"] = 5; }).find("shard_index") != std::string::npos);
   CHECK(tampered([](nlohmann::json& j) { j["shard_count"] = 1ull << 33; }).find("shard_index") !=

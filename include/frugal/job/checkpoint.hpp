@@ -172,32 +172,44 @@ inline checkpoint parse_checkpoint(const std::string& text, const std::string& p
   const std::string stored = j["checksum"].get<std::string>();
   j.erase("checksum");
   if (detail::hex64(detail::checksum_of(j)) != stored) throw corrupt("checksum mismatch");
-  if (j.value("format", "") != detail::checkpoint_format)
-    throw corrupt("unknown format \"" + j.value("format", "") + "\"");
+  const auto format = j.find("format");
+  if (format == j.end() || !format->is_string()) throw corrupt("no format string");
+  if (*format != detail::checkpoint_format)
+    throw corrupt("unknown format \"" + format->get<std::string>() + "\"");
+  // Counts are non-negative JSON integers: get<uint64_t> would wrap a negative one and cast a float past
+  // the range (undefined behaviour).
+  auto u64 = [&](const char* key) {
+    const auto it = j.find(key);
+    if (it == j.end()) throw corrupt(std::string("no \"") + key + "\"");
+    if (!it->is_number_unsigned())
+      throw corrupt(std::string("\"") + key + "\" is not a non-negative integer");
+    return it->get<std::uint64_t>();
+  };
   checkpoint c;
   try {
     c.job_name = j.at("job").get<std::string>();
-    c.input.size = j.at("input_size").get<std::uint64_t>();
-    c.input.hash = std::stoull(j.at("input_hash").get<std::string>(), nullptr, 16);
-    c.input_offset = j.at("input_offset").get<std::uint64_t>();
-    c.input_line = j.at("input_line").get<std::uint64_t>();
-    c.records_done = j.at("records_done").get<std::uint64_t>();
-    c.bad_records = j.at("bad_records").get<std::uint64_t>();
-    c.output_size = j.at("output_size").get<std::uint64_t>();
-    c.errors_size = j.at("errors_size").get<std::uint64_t>();
+    c.input.size = u64("input_size");
+    const std::string hash = j.at("input_hash").get<std::string>();
+    if (hash.size() != 16 || hash.find_first_not_of("0123456789abcdef") != std::string::npos)
+      throw corrupt("input_hash is not 16 hex digits");
+    c.input.hash = std::stoull(hash, nullptr, 16);
+    c.input_offset = u64("input_offset");
+    c.input_line = u64("input_line");
+    c.records_done = u64("records_done");
+    c.bad_records = u64("bad_records");
+    c.output_size = u64("output_size");
+    c.errors_size = u64("errors_size");
     c.done = j.at("done").get<bool>();
     const int shard_fields = int(j.contains("shard_index")) + int(j.contains("shard_count")) +
                              int(j.contains("slice_begin")) + int(j.contains("slice_end"));
     if (shard_fields != 0 && shard_fields != 4)
       throw corrupt("shard_index, shard_count, slice_begin and slice_end come all together or not at all");
     if (shard_fields == 4) {
-      const auto index = j.at("shard_index").get<std::uint64_t>(),
-                 count = j.at("shard_count").get<std::uint64_t>();
+      const auto index = u64("shard_index"), count = u64("shard_count");
       if (count == 0 || count > UINT32_MAX || index >= count)
         throw corrupt("shard_index not below shard_count");
       c.extent =
-          shard_extent{{std::uint32_t(index), std::uint32_t(count)},
-                       {j.at("slice_begin").get<std::uint64_t>(), j.at("slice_end").get<std::uint64_t>()}};
+          shard_extent{{std::uint32_t(index), std::uint32_t(count)}, {u64("slice_begin"), u64("slice_end")}};
     }
   } catch (const error&) {
     throw;
