@@ -14,7 +14,8 @@ import sys
 
 
 def missing(name, why):
-    if name in os.environ.get("FRUGAL_REQUIRE", "").split(","):
+    required = os.environ.get("FRUGAL_REQUIRE", "").split(",")
+    if name in required or "all" in required:
         sys.exit(f"missing, and FRUGAL_REQUIRE requires it: {name}: {why}")
     print(f"frugal-skip: missing {name}: {why}")
     sys.exit(0)
