@@ -1289,6 +1289,8 @@ class app {
   using tier_type = frugal::redis_tier<std::vector<float>>;
   std::unique_ptr<tier_type> tier_;
 #endif
+  std::mutex engines_m_;  // before the pool, whose unload hook erases from engines_
+  std::map<std::string, llm_engine*, std::less<>> engines_;  // the loaded language models
   std::unique_ptr<pool_type> pool_;             // after the ledger it records in: destroyed before it
   std::vector<std::unique_ptr<route>> routes_;  // after the pool: workers stop before it goes
   std::map<std::string, route*, std::less<>> by_name_;
@@ -1299,8 +1301,6 @@ class app {
   std::atomic<bool> gpu_sampled_{false};
   std::atomic<std::uint64_t> accepted_{0}, answered_{0};
   std::atomic<clock::rep> drain_deadline_{0};
-  std::mutex engines_m_;
-  std::map<std::string, llm_engine*, std::less<>> engines_;  // the loaded language models
   std::atomic<std::uint64_t> next_completion_id_{1};
   std::jthread sampler_;
   std::unique_ptr<semantic_route> semantic_;  // last: destroyed first, it calls into the pool
