@@ -492,3 +492,37 @@ TEST_CASE(
   CHECK(!b.text.empty());
   CHECK(s.wait_exit(std::chrono::seconds(30)) == 0);
 }
+
+TEST_CASE("server chat: a bad chat entry in --models is refused at start, naming the field" *
+          needs(gguf_model())) {
+  const auto refused = [](const json& entry, const std::string& words) {
+    CAPTURE(words);
+    const fs::path f =
+        fs::temp_directory_path() / ("frugal_chat_bad_" + std::to_string(::getpid()) + ".json");
+    std::ofstream(f) << json{{"models", {entry}}}.dump();
+    auto p = frugal_test::child::spawn({"/bin/sh", "-c", "exec \"$0\" \"$@\" 2>&1", FRUGAL_SERVER_EXE,
+                                        "--models", f.string(), "--port", "0"});
+    std::string out;
+    for (std::string l; !(l = p.read_line()).empty();) out += l;
+    int st = 0;
+    ::waitpid(p.pid, &st, 0);
+    p.pid = -1;
+    p.close_fds();
+    CHECK(WIFEXITED(st));
+    CHECK(WEXITSTATUS(st) == 2);
+    CHECK_MESSAGE(out.find(words) != std::string::npos, out);
+    fs::remove(f);
+  };
+  const std::string gguf = gguf_model_path();
+  refused({{"name", "m"}, {"kind", "llm"}}, "models[0].kind: \"llm\" is not one of embedding, chat");
+  refused({{"name", "m"}, {"kind", "chat"}}, "models[0].path: a chat model needs its GGUF file");
+  refused({{"name", "m"}, {"kind", "chat"}, {"path", "/etc/hostname"}}, "is not a GGUF file");
+  refused({{"name", "m"}, {"kind", "chat"}, {"path", gguf}, {"precision", "int3"}}, "models[0].precision");
+  refused({{"name", "m"}, {"kind", "chat"}, {"path", gguf}, {"max_runing", 4}},
+          "models[0].max_runing: unknown key");
+  refused({{"name", "m"}, {"kind", "chat"}, {"path", gguf}, {"max_running", 64}, {"step_tokens", 32}},
+          "models[0].step_tokens");
+  refused({{"name", "m"}, {"kind", "chat"}, {"path", gguf}, {"threads", 0}}, "models[0].threads");
+  refused({{"name", "m"}, {"path", "/nonexistent"}, {"kv_budget_mb", 8}},
+          "models[0].kv_budget_mb: unknown key");
+}
