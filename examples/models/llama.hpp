@@ -150,27 +150,28 @@ inline float fast_exp(float x) noexcept {
 // y (m x n, row-major) = x (m x k) w^T (w n x k row-major) for rows [n0, n1) of w. Every output is its two
 // rows' products accumulated in 16 lanes over k in order, then the lanes summed in one fixed tree: its bits
 // depend on its row of x and its row of w alone, not on m, the tile it falls in or the thread (Eigen's GEMM
-// picks another blocking and reduction order for one row than for many). Tiles of 4 rows of x (then single
-// rows) by 4 rows of w; k % 16 == 0.
+// picks another blocking and reduction order for one row than for many). Tiles of 4 rows of x by 4 rows of
+// w (a single row of x: by 8), over panels of 64 rows of w that stay in cache while every row of x passes;
+// k % 16 == 0.
 using f32x16 = float __attribute__((vector_size(64)));
 
-template <int MR>
+template <int MR, int NR>
 inline void invariant_tile(const float* x, std::size_t k, const float* w, std::size_t n, std::size_t j0,
                            float* y) noexcept {
-  const float* wr[4];
-  for (int j = 0; j < 4; ++j) wr[j] = w + std::min(j0 + static_cast<std::size_t>(j), n - 1) * k;
-  f32x16 acc[MR][4] = {};
+  const float* wr[NR];
+  for (int j = 0; j < NR; ++j) wr[j] = w + std::min(j0 + static_cast<std::size_t>(j), n - 1) * k;
+  f32x16 acc[MR][NR] = {};
   for (std::size_t t = 0; t < k; t += 16) {
-    f32x16 wv[4];
-    for (int j = 0; j < 4; ++j) std::memcpy(&wv[j], wr[j] + t, sizeof(f32x16));
+    f32x16 wv[NR];
+    for (int j = 0; j < NR; ++j) std::memcpy(&wv[j], wr[j] + t, sizeof(f32x16));
     for (int i = 0; i < MR; ++i) {
       f32x16 xv;
       std::memcpy(&xv, x + static_cast<std::size_t>(i) * k + t, sizeof(f32x16));
-      for (int j = 0; j < 4; ++j) acc[i][j] += xv * wv[j];
+      for (int j = 0; j < NR; ++j) acc[i][j] += xv * wv[j];
     }
   }
   for (int i = 0; i < MR; ++i)
-    for (int j = 0; j < 4 && j0 + static_cast<std::size_t>(j) < n; ++j) {
+    for (int j = 0; j < NR && j0 + static_cast<std::size_t>(j) < n; ++j) {
       float s[16];
       std::memcpy(s, &acc[i][j], sizeof s);
       for (int half = 8; half >= 1; half /= 2)
@@ -181,10 +182,13 @@ inline void invariant_tile(const float* x, std::size_t k, const float* w, std::s
 
 inline void invariant_gemm(const float* x, std::size_t m, std::size_t k, const float* w, std::size_t n,
                            std::size_t n0, std::size_t n1, float* y) noexcept {
-  for (std::size_t j = n0; j < n1; j += 4) {
+  for (std::size_t p0 = n0; p0 < n1; p0 += 64) {
+    const std::size_t p1 = std::min(n1, p0 + 64);
     std::size_t i = 0;
-    for (; i + 4 <= m; i += 4) invariant_tile<4>(x + i * k, k, w, n, j, y + i * n);
-    for (; i < m; ++i) invariant_tile<1>(x + i * k, k, w, n, j, y + i * n);
+    for (; i + 4 <= m; i += 4)
+      for (std::size_t j = p0; j < p1; j += 4) invariant_tile<4, 4>(x + i * k, k, w, n, j, y + i * n);
+    for (; i < m; ++i)
+      for (std::size_t j = p0; j < p1; j += 8) invariant_tile<1, 8>(x + i * k, k, w, n, j, y + i * n);
   }
 }
 
