@@ -488,6 +488,9 @@ class model {
   /// @brief Bytes of KV cache the open sequences' blocks hold now (shared blocks once).
   std::size_t kv_bytes() const { return kv_->stats().bytes_used; }
   frugal::kv_cache& kv() noexcept { return *kv_; }
+  /// @brief The prefix-cache salt of this file in this precision: a scheduler's requests for this model carry
+  /// it.
+  const frugal::kv_salt& salt() const noexcept { return salt_; }
   const frugal::kv_cache& kv() const noexcept { return *kv_; }
 
   /// @brief A new sequence. With @p prompt and prefix caching on, it starts holding the longest run of the
