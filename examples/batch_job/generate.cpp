@@ -20,6 +20,7 @@
 #include <fstream>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -207,6 +208,7 @@ class llama_generator final : public generator {
       sched_.fail(*st, std::current_exception());
       throw;
     }
+    if (o_.slow_step.count()) std::this_thread::sleep_for(o_.slow_step);
     prefill_ += st->tokens() - st->decode_tokens();
     sched_.complete(*st, logits);
     busy_s_ += std::chrono::duration<double>(clock_type::now() - t0).count();

@@ -4,6 +4,7 @@
 // (examples/models/llama.hpp) under frugal::scheduler, as a frugal::job::stream_model. Its own translation
 // unit (generate.cpp), so the encoder's and the decoder's code compile apart.
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <frugal/job.hpp>
@@ -29,6 +30,8 @@ struct generation_options {
   /// so that a resume knows how many were lost with the last one.
   std::string checkpoint_dir;
   std::string output;  ///< the job's output: the tokens of its checkpointed lines are counted from it
+  /// A sleep in every step, for the kill tests (FRUGAL_JOB_SLOW_MS): kills then land mid-generation.
+  std::chrono::milliseconds slow_step{0};
 };
 
 /// @brief What preemption cost, in tokens, over the job's attempts so far (generation.json).

@@ -544,6 +544,7 @@ int main(int argc, char** argv) try {
         f.unknown();
       }
     }
+    if (generate_task && o.name == "batch_job") o.name = "generate_job";
     if (merge) return merge_shards(prefix, shard_count, o);
     const frugal::job::shard shard = frugal::job::resolve_shard(shard_index, shard_count);
     if (!prefix.empty()) {
@@ -571,7 +572,6 @@ int main(int argc, char** argv) try {
       o.batch_size = gen.max_running;
       gen.checkpoint_dir = o.checkpoint_dir;
       gen.output = o.output;
-      if (o.name == "batch_job") o.name = "generate_job";
 #else
       throw usage_error("this build has no Llama decoder (no gguf/bpe); --task generate is not available");
 #endif
@@ -588,7 +588,10 @@ int main(int argc, char** argv) try {
   }
   const auto slow = std::chrono::milliseconds(env_count("FRUGAL_JOB_SLOW_MS"));
 #ifdef FRUGAL_BATCH_JOB_LLAMA
-  if (generate_task) return run_generation(o, gen, lf);
+  if (generate_task) {
+    gen.slow_step = slow;
+    return run_generation(o, gen, lf);
+  }
 #endif
 
   std::unique_ptr<text_model> m;
