@@ -9,12 +9,12 @@
 # measured tokens/s, tokens redone per preemption and restart time, at --per-hour preemptions an hour.
 #
 #   benchmarks/job/fleet_generate.sh --model FILE.gguf [--bin build/h/examples/batch_job/frugal_batch_job]
-#       [--bench-job build/h/benchmarks/job/bench_job] [--records 64] [--max-tokens 16] [--batch 16]
+#       [--bench-job build/h/benchmarks/bench_job] [--records 64] [--max-tokens 16] [--batch 16]
 #       [--every 8] [--price 0.12] [--per-hour 0.5] [--dir DIR]
 set -euo pipefail
 
 bin=build/h/examples/batch_job/frugal_batch_job
-bench_job=build/h/benchmarks/job/bench_job
+bench_job=build/h/benchmarks/bench_job
 model=${FRUGAL_GGUF_MODEL:-build/models/SmolLM2-135M-Instruct.Q4_1.gguf}
 records=64
 max_tokens=16
