@@ -1,6 +1,10 @@
 // A resumable embedding job: reads JSON lines {"id": ..., "text": ...}, embeds each text with
 // all-MiniLM-L6-v2 (examples/models/bert.hpp) and writes {"id": ..., "result": {"embedding": [...]}} in
 // input order. Kill it at any point and run the same command again: it resumes from its checkpoint.
+// With --task generate it generates instead: {"id": ..., "prompt": ...} in, {"id": ..., "result": {"ids":
+// [...], "text": ..., "finish_reason": ..., "prompt_tokens": N}} out, with a Llama-family GGUF model under
+// frugal::scheduler, as many sequences at once as the KV budget allows (generate.hpp). One binary for both
+// tasks: the same shards, checkpoints, merge, exit codes and Kubernetes manifest serve each.
 // Exit codes: 0 done, 75 preempted (run it again), 74 I/O error (fix the cause, run it again), 78 a
 // checkpoint of another job or input, 64 bad flags, 1 a model that does not load.
 //
@@ -9,10 +13,14 @@
 //                    [--threads N] [--every N] [--every-ms N] [--batch N] [--name NAME] [--errors PATH]
 //                    [--deadline-ms N] [--stop-on-bad]
 //                    [--ledger FILE --billing spot|on_demand --price MONEY]
+//   frugal_batch_job --task generate --model FILE.gguf [--chat] [--max-tokens 64] [--temperature T]
+//                    [--top-p P] [--seed S] [--kv-budget-mb 256] [--batch N (sequences at once)]
+//                    [--precision native|fp32|int8|int4] [run or shard flags as for embedding]
 //   frugal_batch_job --input corpus.jsonl --output-prefix DIR [--shard-index I] [--shard-count N] [...]
 //   frugal_batch_job --merge --output-prefix DIR --shard-count N --output out.jsonl [--errors PATH]
 //   frugal_batch_job --fortunes DIR PATH [--repeat K]   a corpus of Debian's fortunes (fortunes-min/-bin)
 //   frugal_batch_job --generate N PATH                  a synthetic corpus of N short sentences
+//   frugal_batch_job --prompts PATH OUT                 one prompt a line (plain text) to JSON lines
 //
 // With --output-prefix the job runs one shard of the input (frugal/job/shard.hpp): the index from
 // --shard-index or JOB_COMPLETION_INDEX (a Kubernetes Indexed Job's pod), the count from --shard-count or
@@ -40,6 +48,7 @@
 #include <filesystem>
 #include <frugal/cost.hpp>
 #include <frugal/job.hpp>
+#include <fstream>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -53,6 +62,9 @@
 #include "../common/corpus.hpp"
 #include "../common/flags.hpp"
 #include "../common/write.hpp"
+#ifdef FRUGAL_BATCH_JOB_LLAMA
+#  include "generate.hpp"
+#endif
 #ifdef FRUGAL_BATCH_JOB_BERT
 #  include "../common/load_model.hpp"
 #endif
@@ -230,6 +242,31 @@ int fortunes(const std::string& dir, const std::string& path, std::uint64_t repe
   return write_corpus(path, texts, "f");
 }
 
+// One prompt a line (blank lines skipped) to {"id": "p<line>", "prompt": ...}.
+int prompts(const std::string& in, const std::string& path) {
+  std::ifstream f(in, std::ios::binary);
+  if (!f) {
+    std::fprintf(stderr, "frugal_batch_job: --prompts %s cannot be read\n", in.c_str());
+    return exit_io;
+  }
+  try {
+    examples::output_file out(path);
+    std::uint64_t n = 0;
+    for (std::string l; std::getline(f, l);) {
+      ++n;
+      if (l.find_first_not_of(" \t\r") == std::string::npos) continue;
+      out.write(nlohmann::json{{"id", "p" + std::to_string(n)}, {"prompt", l}}.dump(
+                    -1, ' ', false, nlohmann::json::error_handler_t::replace) +
+                "\n");
+    }
+    out.close();
+  } catch (const examples::write_error& e) {
+    std::fprintf(stderr, "frugal_batch_job: %s\n", e.what());
+    return exit_io;
+  }
+  return 0;
+}
+
 // --merge: the shards under `prefix` into o.output, in input order.
 int merge_shards(const std::string& prefix, std::optional<std::uint32_t> count,
                  const frugal::job::options& o) {
@@ -255,7 +292,11 @@ const char* usage_text =
     "       frugal_batch_job --merge --output-prefix DIR --shard-count N --output OUT [--errors PATH] "
     "[--name NAME]\n"
     "       frugal_batch_job --fortunes DIR PATH [--repeat K]\n"
-    "       frugal_batch_job --generate N PATH\n";
+    "       frugal_batch_job --generate N PATH\n"
+    "       frugal_batch_job --prompts PATH OUT\n"
+    "       frugal_batch_job --task generate --model FILE.gguf [--chat] [--max-tokens N] [--temperature T]\n"
+    "         [--top-p P] [--seed S] [--kv-budget-mb N] [--batch N] [--precision native|fp32|int8|int4]\n"
+    "         [run or shard flags]\n";
 
 std::uint64_t env_count(const char* name) {
   const char* v = std::getenv(name);
@@ -316,14 +357,94 @@ class job_ledger {
   std::chrono::nanoseconds busy_{0};
 };
 
+#ifdef FRUGAL_BATCH_JOB_LLAMA
+// The generation task: the runner drives the generator (a stream_model) on its worker thread. The ledger
+// gets the run's steps as one record (busy time, tokens in and out) and, when this run found tokens lost
+// by a preemption before it, a preemption with those lines and their time at this run's time per token.
+int run_generation(const frugal::job::options& o, const batch_job::generation_options& gen,
+                   const ledger_flags& lf) {
+  std::unique_ptr<batch_job::generator> g;
+  try {
+    g = batch_job::make_generator(gen);
+  } catch (const std::invalid_argument& e) {
+    std::fprintf(stderr, "frugal_batch_job: %s\n", e.what());
+    return 64;
+  }
+  if (!lf.path.empty()) {
+    try {
+      examples::check_writable(lf.path);
+    } catch (const examples::write_error& e) {
+      std::fprintf(stderr, "frugal_batch_job: --ledger %s\n", e.what());
+      return exit_io;
+    }
+  }
+  try {
+    frugal::job::runner job(o, *g);
+    const frugal::job::run_result result = job.run();
+    const frugal::job::stats s = job.stats();
+    const batch_job::generation_accounting a = g->accounting();
+    std::fprintf(
+        stderr,
+        "%s: %s; %s; %llu records (%llu this run, %.3f s in the model, %llu steps, %llu tokens "
+        "prefilled, %llu generated), %llu bad, %llu checkpoints%s, %llu redone after resume; "
+        "tokens over %llu attempts: %llu generated, %llu in the output, %llu redone (%llu found at "
+        "this start, of %llu finished lines)\n",
+        o.name.c_str(), result == frugal::job::run_result::completed ? "completed" : "preempted, resumable",
+        g->describe().c_str(), (unsigned long long)s.records_done, (unsigned long long)s.records_this_run,
+        g->busy_seconds(), (unsigned long long)g->steps(), (unsigned long long)g->prefill_tokens(),
+        (unsigned long long)g->generated_tokens(), (unsigned long long)s.bad_records,
+        (unsigned long long)s.checkpoints, s.resumed ? ", resumed" : "", (unsigned long long)s.redone_records,
+        (unsigned long long)a.attempts, (unsigned long long)a.generated_tokens,
+        (unsigned long long)a.output_tokens, (unsigned long long)a.redone_tokens,
+        (unsigned long long)a.redone_at_start, (unsigned long long)a.redone_lines_at_start);
+    if (!lf.path.empty()) {
+      using namespace frugal::cost;
+      const rate r = rate::per_hour(money::parse(lf.price, currency::from_code("USD")));
+      ledger<> l({.prices = {{.gpu_class = "job", .on_demand = r, .spot = r}},
+                  .devices = {{.gpu_class = "job", .pricing = lf.pricing}}});
+      const feature_id f = l.feature("generate_job");
+      const auto busy = std::chrono::nanoseconds(std::llround(g->busy_seconds() * 1e9));
+      if (g->steps())
+        l.record_batch({.feature = f,
+                        .device = 0,
+                        .busy = std::min(busy, max_record_duration),
+                        .batch_size = std::uint32_t(std::min<std::uint64_t>(g->max_running(), UINT32_MAX)),
+                        .tokens_in = g->prefill_tokens(),
+                        .tokens_out = g->generated_tokens()});
+      // The ledger counts redone records and time; the redone tokens are in the stats line above.
+      if (a.redone_at_start) {
+        const double per_token =
+            g->generated_tokens() ? double(busy.count()) / double(g->generated_tokens()) : 0;
+        l.record_preemption(0, a.redone_lines_at_start,
+                            std::chrono::nanoseconds(std::llround(per_token * double(a.redone_at_start))));
+      }
+      try {
+        examples::write_file(lf.path, to_json(l.snapshot()) + "\n");
+      } catch (const examples::write_error& e) {
+        throw frugal::job::error(frugal::job_errc::io, std::string("--ledger ") + e.what());
+      }
+    }
+    return frugal::job::exit_code(result);
+  } catch (const frugal::job::error& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return frugal::job::exit_code(e.code());
+  }
+}
+#endif
+
 }  // namespace
 
 int main(int argc, char** argv) try {
   frugal::job::options o{.name = "batch_job", .checkpoint_every = std::chrono::seconds(30)};
   const char* env_model = std::getenv("FRUGAL_MODEL_DIR");
   std::string model = env_model && *env_model ? env_model : FRUGAL_DEFAULT_MODEL_DIR;
+  const std::string env_model_or_default = model;
   std::string prec = "fp32", calibration = FRUGAL_DEFAULT_CALIBRATION;
   std::size_t threads = 1;
+  bool generate_task = false, precision_given = false, batch_given = false;
+#ifdef FRUGAL_BATCH_JOB_LLAMA
+  batch_job::generation_options gen;
+#endif
   ledger_flags lf;
   std::string prefix;
   std::optional<std::uint32_t> shard_index, shard_count;
@@ -342,6 +463,29 @@ int main(int argc, char** argv) try {
           repeat = f.integer(1, 1000);
         }
         return fortunes(dir, path, repeat);
+      } else if (f.is("--prompts")) {
+        const std::string in = f.value(), path = f.value();
+        return prompts(in, path);
+      } else if (f.is("--task")) {
+        const std::string t = f.value();
+        if (t != "embed" && t != "generate")
+          throw usage_error("--task must be embed or generate, not \"" + t + "\"");
+        generate_task = t == "generate";
+#ifdef FRUGAL_BATCH_JOB_LLAMA
+      } else if (f.is("--chat")) {
+        gen.chat = true;
+      } else if (f.is("--max-tokens")) {
+        gen.max_tokens = f.integer(1, 1 << 20);
+      } else if (f.is("--temperature")) {
+        gen.temperature = float(f.number(0.0, 100.0));
+      } else if (f.is("--top-p")) {
+        gen.top_p = float(f.number(0.0, 1.0));
+        if (gen.top_p <= 0) throw usage_error("--top-p must be in (0, 1], not 0");
+      } else if (f.is("--seed")) {
+        gen.seed = f.integer(0, UINT64_MAX);
+      } else if (f.is("--kv-budget-mb")) {
+        gen.kv_budget_mb = f.integer(1, 1 << 24);
+#endif
       } else if (f.is("--merge")) {
         merge = true;
       } else if (f.is("--output-prefix")) {
@@ -364,6 +508,7 @@ int main(int argc, char** argv) try {
         model = f.value();
       } else if (f.is("--precision")) {
         prec = f.value();
+        precision_given = true;
       } else if (f.is("--calibration")) {
         calibration = f.value();
       } else if (f.is("--threads")) {
@@ -374,6 +519,7 @@ int main(int argc, char** argv) try {
         o.checkpoint_every = std::chrono::milliseconds(f.integer(0, 86'400'000));
       } else if (f.is("--batch")) {
         o.batch_size = f.integer(1, 4096);
+        batch_given = true;
       } else if (f.is("--deadline-ms")) {
         o.preemption_deadline = std::chrono::milliseconds(f.integer(0, 86'400'000));
       } else if (f.is("--stop-on-bad")) {
@@ -398,6 +544,7 @@ int main(int argc, char** argv) try {
         f.unknown();
       }
     }
+    if (generate_task && o.name == "batch_job") o.name = "generate_job";
     if (merge) return merge_shards(prefix, shard_count, o);
     const frugal::job::shard shard = frugal::job::resolve_shard(shard_index, shard_count);
     if (!prefix.empty()) {
@@ -414,6 +561,21 @@ int main(int argc, char** argv) try {
     } else if (shard.count > 1) {
       throw usage_error(frugal::job::to_string(shard) + " needs --output-prefix for its files");
     }
+    if (generate_task) {
+#ifdef FRUGAL_BATCH_JOB_LLAMA
+      if (model.empty() || model == env_model_or_default)
+        throw usage_error("--task generate needs --model FILE.gguf");
+      gen.model = model;
+      gen.precision = precision_given ? prec : "native";
+      gen.threads = threads;
+      if (batch_given) gen.max_running = o.batch_size;
+      o.batch_size = gen.max_running;
+      gen.checkpoint_dir = o.checkpoint_dir;
+      gen.output = o.output;
+#else
+      throw usage_error("this build has no Llama decoder (no gguf/bpe); --task generate is not available");
+#endif
+    }
     if (model.empty()) throw usage_error("no model: pass --model DIR (or stand-in) or set FRUGAL_MODEL_DIR");
     o.testing.fail_write_after = env_count("FRUGAL_JOB_FAIL_WRITE_AFTER");
     o.testing.pause_before_rename = std::chrono::milliseconds(env_count("FRUGAL_JOB_CHECKPOINT_PAUSE_MS"));
@@ -425,6 +587,12 @@ int main(int argc, char** argv) try {
     return frugal::job::exit_code(e.code());
   }
   const auto slow = std::chrono::milliseconds(env_count("FRUGAL_JOB_SLOW_MS"));
+#ifdef FRUGAL_BATCH_JOB_LLAMA
+  if (generate_task) {
+    gen.slow_step = slow;
+    return run_generation(o, gen, lf);
+  }
+#endif
 
   std::unique_ptr<text_model> m;
   try {

@@ -11,3 +11,4 @@
 #include "frugal/job/merge.hpp"
 #include "frugal/job/runner.hpp"
 #include "frugal/job/shard.hpp"
+#include "frugal/job/stream.hpp"

@@ -2,7 +2,9 @@
 // as a Kubernetes Indexed Job runs them. Random SIGKILLs, each followed by a restart with the same index (a
 // preempted pod's replacement), and two processes on one index at once (Kubernetes can start a replacement
 // before the old pod is gone). The merged output must equal one uninterrupted single-process run, byte for
-// byte.
+// byte. The same for generation (--task generate with SmolLM2, greedy): batch invariance makes every
+// line's tokens the same whatever the batch it ran in, so any pattern of kills gives the same bytes; and
+// the tokens the kills cost are counted (generation.json per shard).
 
 #include <doctest/doctest.h>
 
@@ -17,7 +19,9 @@
 #  include <chrono>
 #  include <cstdio>
 #  include <filesystem>
+#  include <nlohmann/json.hpp>
 #  include <random>
+#  include <sstream>
 #  include <string>
 #  include <thread>
 #  include <vector>
@@ -45,7 +49,26 @@ struct fleet_config {
   int min_kills = 0;    // SIGKILLs before the fleet is left to finish
   int max_gap_ms = 50;  // between two of the killer's moves
   int duplicates = 3;   // extra processes started on an index that already has one running
+  std::vector<std::string> task{};  // the task's flags, for every run
+  int limit_s = 45;
 };
+
+// Tokens of the result lines of a generation output: ids, and a stop token where one ended the line.
+std::uint64_t output_tokens(const std::string& path) {
+  std::uint64_t n = 0;
+  std::istringstream in(slurp(path));
+  for (std::string l; std::getline(in, l);) {
+    const nlohmann::json j = nlohmann::json::parse(l);
+    const nlohmann::json& r = j.at("result");
+    if (!r.contains("ids")) continue;
+    n += r["ids"].size() + (r["finish_reason"] == "stop" ? 1 : 0);
+  }
+  return n;
+}
+
+std::uint64_t generated_tokens(const std::string& checkpoint_dir) {
+  return nlohmann::json::parse(slurp(checkpoint_dir + "/generation.json")).at("generated_tokens");
+}
 
 std::string files_dir(const std::string& prefix, std::uint32_t i, std::uint32_t n) {
   char name[48];
@@ -65,9 +88,14 @@ void run_fleet(const fleet_config& cfg) {
   REQUIRE(exit_status(wait_for(spawn({"--generate", std::to_string(cfg.records), input}, {}, log))) == 0);
   job_test::append(input, "{broken\n{\"text\":\"no id\"}\n{\"id\":\"tail\",\"text\":\"the end\"}\n");
   const auto t0 = clock_type::now();
-  REQUIRE(exit_status(wait_for(spawn({"--model", cfg.model, "--input", input, "--output", ref,
-                                      "--checkpoint-dir", d / "ref-ckpt", "--batch", "32", "--every", "0"},
-                                     {}, log))) == 0);
+  std::vector<std::string> ref_args = {"--model",          cfg.model,      "--input", input, "--output", ref,
+                                       "--checkpoint-dir", d / "ref-ckpt", "--batch", "32",  "--every",  "0"};
+  ref_args.insert(ref_args.end(), cfg.task.begin(), cfg.task.end());
+  {
+    const int rc = exit_status(wait_for(spawn(ref_args, {}, log)));
+    INFO(slurp(log));
+    REQUIRE(rc == 0);
+  }
   const auto single = clock_type::now() - t0;
 
   struct live {
@@ -86,6 +114,7 @@ void run_fleet(const fleet_config& cfg) {
                                      "--batch",         std::to_string(cfg.batch),
                                      "--every",         std::to_string(cfg.every),
                                      "--shard-count",   std::to_string(cfg.shards)};
+    args.insert(args.end(), cfg.task.begin(), cfg.task.end());
     std::vector<std::string> env = {"FRUGAL_JOB_SLOW_MS=" + std::to_string(cfg.slow_ms)};
     if (spawns++ % 2)
       env.push_back("JOB_COMPLETION_INDEX=" + std::to_string(i));
@@ -98,9 +127,9 @@ void run_fleet(const fleet_config& cfg) {
   start(1);
   running[1].spared = running.back().spared = true;
   int kills = 0, restarts = 0, duplicates = 1, completions = 0;
-  const auto limit = clock_type::now() + std::chrono::seconds(45);
+  const auto limit = clock_type::now() + std::chrono::seconds(cfg.limit_s);
   while (!running.empty()) {
-    REQUIRE_MESSAGE(clock_type::now() < limit, "the fleet did not finish within 45 s");
+    REQUIRE_MESSAGE(clock_type::now() < limit, "the fleet did not finish within " << cfg.limit_s << " s");
     std::this_thread::sleep_for(std::chrono::milliseconds(rng() % (cfg.max_gap_ms + 1)));
     for (std::size_t k = 0; k < running.size();) {
       int status = 0;
@@ -142,9 +171,10 @@ void run_fleet(const fleet_config& cfg) {
     }
   }
   const std::string merged = d / "merged.jsonl";
-  const int merge_rc = exit_status(wait_for(spawn(
-      {"--merge", "--output-prefix", prefix, "--shard-count", std::to_string(cfg.shards), "--output", merged},
-      {}, log)));
+  std::vector<std::string> merge_args = {
+      "--merge", "--output-prefix", prefix, "--shard-count", std::to_string(cfg.shards), "--output", merged};
+  merge_args.insert(merge_args.end(), cfg.task.begin(), cfg.task.end());
+  const int merge_rc = exit_status(wait_for(spawn(merge_args, {}, log)));
   const std::string text = slurp(log);
   MESSAGE(cfg.model << ": " << cfg.records << " records, " << cfg.shards << " shards, " << spawns
                     << " processes, " << restarts << " SIGKILLs, " << duplicates << " duplicate starts, "
@@ -161,6 +191,20 @@ void run_fleet(const fleet_config& cfg) {
   // Two processes on one index overlapped at least once: the later one waited on the lock.
   CHECK(text.find("is held by another run") != std::string::npos);
   CHECK(text.find(", resumed,") != std::string::npos);
+  if (cfg.task.empty()) return;
+  // An uninterrupted run redoes nothing: every token it generated is in its output. The fleet generated
+  // the same tokens plus those its kills lost; kills aimed mid-work lose some.
+  const std::uint64_t ref_tokens = output_tokens(ref);
+  CHECK(ref_tokens > 0);
+  CHECK(generated_tokens(d / "ref-ckpt") == ref_tokens);
+  std::uint64_t fleet_generated = 0;
+  for (std::uint32_t i = 0; i < cfg.shards; ++i)
+    fleet_generated += generated_tokens(files_dir(prefix, i, cfg.shards));
+  CHECK(output_tokens(merged) == ref_tokens);
+  CHECK(fleet_generated > ref_tokens);
+  MESSAGE("generation: " << ref_tokens << " tokens in the output; the fleet generated " << fleet_generated
+                         << ", " << fleet_generated - ref_tokens << " redone over " << restarts
+                         << " SIGKILLs");
 }
 
 }  // namespace
@@ -183,6 +227,22 @@ TEST_CASE(
              .min_kills = 6,
              .max_gap_ms = 80,
              .duplicates = 2});
+}
+
+TEST_CASE(
+    "job fleet: 4 shards generating with SmolLM2 (greedy) with SIGKILLs, restarts and two processes on one "
+    "index merge to the single run's bytes, and the kills' redone tokens are counted" *
+    frugal_test::needs(frugal_test::gguf_model())) {
+  run_fleet({.model = frugal_test::gguf_model_path(),
+             .records = 40,
+             .batch = 4,
+             .every = 2,
+             .slow_ms = 30,
+             .min_kills = 6,
+             .max_gap_ms = 250,
+             .duplicates = 2,
+             .task = {"--task", "generate", "--max-tokens", "8"},
+             .limit_s = 90});
 }
 
 #else

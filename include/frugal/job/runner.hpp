@@ -10,7 +10,9 @@
 // offline job always has its next record in hand, so waiting for a full batch costs nothing, and batch
 // sizes, checkpoint positions and the ledger come out the same from run to run. The one worker gets batches
 // in submit order, so the runner knows where each ends: checkpoints fall after whole batches, and each covers
-// a prefix of the input whose results are all in the output.
+// a prefix of the input whose results are all in the output. A runner made with a stream_model instead
+// (stream.hpp) gives the worker each record as its own batch; the worker keeps the model full, and the end
+// of the finished prefix takes the place of a batch's end, so a checkpoint may fall after any record.
 
 #include <fcntl.h>
 #include <signal.h>
@@ -46,6 +48,7 @@
 #include "frugal/job/errors.hpp"
 #include "frugal/job/io.hpp"
 #include "frugal/job/shard.hpp"
+#include "frugal/job/stream.hpp"
 #include "frugal/namespace.hpp"
 
 FRUGAL_BEGIN_NAMESPACE
@@ -98,7 +101,8 @@ struct options {
   std::string checkpoint_dir{};  ///< created if missing (one level)
   std::string errors{};          ///< JSON lines {"line", "reason", "text"}; empty: output + ".errors"
   /// The batcher's max_batch: every batch of a run holds this many records but the last, which holds the
-  /// rest.
+  /// rest. With a stream_model: the records the model may hold at once (its room() may say fewer); as
+  /// many again may wait finished behind a slow one, so it rarely starves.
   std::size_t batch_size = 32;
   /// A checkpoint after the batch that brings the records since the last one to this many; 0: no record
   /// rule. Each costs three fsyncs and a rename: lower it where preemptions are frequent and batches slow.
@@ -139,7 +143,7 @@ struct stats {
   std::uint64_t records_done = 0;  ///< results in the output, over every run of the job
   std::uint64_t records_this_run = 0;
   std::uint64_t bad_records = 0;  ///< over every run
-  std::uint64_t batches = 0;      ///< this run
+  std::uint64_t batches = 0;      ///< this run; with a stream_model, the advances of the finished prefix
   std::uint64_t checkpoints = 0;  ///< this run
   bool resumed = false;
   bool waited_for_lock = false;  ///< another run held checkpoint_dir's lock when this one started
@@ -159,23 +163,14 @@ class basic_runner {
  public:
   basic_runner(options o, batch_function fn, Clock clock = Clock())
       : o_(std::move(o)), fn_(std::move(fn)), clock_(clock) {
-    auto bad = [](const std::string& why) { return error(job_errc::invalid_options, "options: " + why); };
-    if (o_.name.empty()) throw bad("name is empty");
-    if (o_.input.empty() || o_.output.empty() || o_.checkpoint_dir.empty())
-      throw bad("input, output and checkpoint_dir are required");
-    if (o_.errors.empty()) o_.errors = o_.output + ".errors";
-    if (o_.input == o_.output || o_.input == o_.errors || o_.output == o_.errors)
-      throw bad("input, output and errors must be different files");
-    if (o_.batch_size == 0) throw bad("batch_size must be >= 1");
-    if (o_.shard.count == 0 || o_.shard.index >= o_.shard.count)
-      throw bad("shard.index (" + std::to_string(o_.shard.index) + ") must be below shard.count (" +
-                std::to_string(o_.shard.count) + ")");
-    if (o_.lock_poll.count() <= 0) throw bad("lock_poll must be > 0");
-    if (o_.checkpoint_every.count() < 0 || o_.preemption_deadline.count() < 0)
-      throw bad("checkpoint_every and preemption_deadline must not be negative");
-    if (!fn_) throw bad("no batch function");
-    fault_.fail_after = o_.testing.fail_write_after;
-    fault_.pause_before_rename = o_.testing.pause_before_rename;
+    validate();
+  }
+
+  /// @brief A runner of a model that holds many records at once (stream.hpp); it must outlive run(), which
+  /// drives it on the worker thread.
+  basic_runner(options o, stream_model& model, Clock clock = Clock())
+      : o_(std::move(o)), stream_(&model), clock_(clock) {
+    validate();
   }
 
   /// @brief Runs (or resumes) the job, once per runner. Takes checkpoint_dir's lock (waiting while another
@@ -190,6 +185,40 @@ class basic_runner {
     detail::make_dir(o_.checkpoint_dir);
     std::optional<detail::dir_lock> lock = take_lock();
     if (!lock) return run_result::preempted;
+    return run_locked();
+  }
+
+  /// @brief Asks the job to stop as a SIGTERM would; thread-safe. A second call forces the checkpoint.
+  void request_stop() noexcept { requested_.fetch_add(1, std::memory_order_relaxed); }
+
+  /// @brief A snapshot; thread-safe.
+  job::stats stats() const {
+    std::lock_guard lk(stats_mu_);
+    return stats_;
+  }
+
+ private:
+  void validate() {
+    auto bad = [](const std::string& why) { return error(job_errc::invalid_options, "options: " + why); };
+    if (o_.name.empty()) throw bad("name is empty");
+    if (o_.input.empty() || o_.output.empty() || o_.checkpoint_dir.empty())
+      throw bad("input, output and checkpoint_dir are required");
+    if (o_.errors.empty()) o_.errors = o_.output + ".errors";
+    if (o_.input == o_.output || o_.input == o_.errors || o_.output == o_.errors)
+      throw bad("input, output and errors must be different files");
+    if (o_.batch_size == 0) throw bad("batch_size must be >= 1");
+    if (o_.shard.count == 0 || o_.shard.index >= o_.shard.count)
+      throw bad("shard.index (" + std::to_string(o_.shard.index) + ") must be below shard.count (" +
+                std::to_string(o_.shard.count) + ")");
+    if (o_.lock_poll.count() <= 0) throw bad("lock_poll must be > 0");
+    if (o_.checkpoint_every.count() < 0 || o_.preemption_deadline.count() < 0)
+      throw bad("checkpoint_every and preemption_deadline must not be negative");
+    if (!fn_ && !stream_) throw bad("no batch function");
+    fault_.fail_after = o_.testing.fail_write_after;
+    fault_.pause_before_rename = o_.testing.pause_before_rename;
+  }
+
+  run_result run_locked() {
     const std::optional<shard_extent> extent = shard_of_input();
     const job::slice slice = extent ? extent->slice : job::slice{0, input_size_};
     std::uint64_t lines_before = 0;
@@ -220,7 +249,7 @@ class basic_runner {
     collected_line_ = state_.input_line;
     last_checkpoint_ = clock_.now();
 
-    pipeline p(*this, {.window = std::chrono::nanoseconds::max(), .max_batch = o_.batch_size});
+    pipeline p(*this, {.window = std::chrono::nanoseconds::max(), .max_batch = stream_ ? 1 : o_.batch_size});
     // One batch running and the next one queued, so the worker never waits for the reader.
     const std::uint64_t max_in_flight = 2 * static_cast<std::uint64_t>(o_.batch_size);
     std::string line;
@@ -247,16 +276,6 @@ class basic_runner {
     return run_result::completed;
   }
 
-  /// @brief Asks the job to stop as a SIGTERM would; thread-safe. A second call forces the checkpoint.
-  void request_stop() noexcept { requested_.fetch_add(1, std::memory_order_relaxed); }
-
-  /// @brief A snapshot; thread-safe.
-  job::stats stats() const {
-    std::lock_guard lk(stats_mu_);
-    return stats_;
-  }
-
- private:
   using time_point = typename Clock::time_point;
   using queue_type = batcher<record, nlohmann::json>;
 
@@ -280,7 +299,7 @@ class basic_runner {
     queue_type queue;
     std::thread worker;
     pipeline(basic_runner& r, batcher_options o)
-        : queue(std::move(o)), worker([&r, this] { r.work(queue); }) {}
+        : queue(std::move(o)), worker([&r, this] { r.stream_ ? r.work_stream(queue) : r.work(queue); }) {}
     pipeline(const pipeline&) = delete;
     pipeline& operator=(const pipeline&) = delete;
     ~pipeline() {
@@ -411,6 +430,77 @@ class basic_runner {
           ends_.push_back({completed_, at});
         }
         cv_.notify_one();
+      }
+    } catch (const std::exception& e) {
+      failure = std::string("the batch worker failed: ") + e.what();
+    }
+    {
+      std::lock_guard lk(mu_);
+      if (!failure.empty()) failure_ = std::move(failure);
+      worker_done_ = true;
+    }
+    cv_.notify_one();
+  }
+
+  // The worker of a stream_model: each record is a batch of one, added while the model has room; after
+  // every step the finished prefix is fulfilled in submit order and reported as one batch's end.
+  void work_stream(queue_type& q) {
+    struct held {
+      typename queue_type::batch b;
+      std::optional<nlohmann::json> result;
+    };
+    std::deque<held> pending;  // submit order; a deque keeps each result's address while it grows
+    std::string failure;
+    auto add = [&](typename queue_type::batch b) {
+      held& h = pending.emplace_back(held{std::move(b), std::nullopt});
+      const record& r = h.b.requests()[0];
+      try {
+        stream_->add(r, [slot = &h.result](nlohmann::json j) { *slot = std::move(j); });
+      } catch (const std::exception& e) {
+        failure = "the model failed to take line " + std::to_string(r.line) + ": " + e.what();
+      }
+    };
+    auto report = [&] {
+      std::size_t n = 0;
+      while (!pending.empty() && pending.front().result) {
+        std::vector<nlohmann::json> one;
+        one.push_back(std::move(*pending.front().result));
+        pending.front().b.fulfill(std::move(one));
+        pending.pop_front();
+        ++n;
+      }
+      if (n == 0) return;
+      const time_point at = clock_.now();
+      {
+        std::lock_guard lk(mu_);
+        completed_ += n;
+        ends_.push_back({completed_, at});
+      }
+      cv_.notify_one();
+    };
+    try {
+      while (failure.empty() && stop_count() == 0) {
+        while (failure.empty() && stream_->room() > 0)
+          if (auto b = q.try_next_batch())
+            add(std::move(*b));
+          else
+            break;
+        if (!failure.empty()) break;
+        report();
+        bool busy = false;
+        try {
+          busy = stream_->step();
+        } catch (const std::exception& e) {
+          failure = std::string("the model failed on a step: ") + e.what();
+          break;
+        }
+        if (busy) {
+          report();
+          continue;
+        }
+        auto b = q.next_batch();  // idle: wait for a record; empty once the queue is closed and drained
+        if (!b) break;
+        add(std::move(*b));
       }
     } catch (const std::exception& e) {
       failure = std::string("the batch worker failed: ") + e.what();
@@ -562,6 +652,7 @@ class basic_runner {
 
   options o_;
   batch_function fn_;
+  stream_model* stream_ = nullptr;
   Clock clock_;
   detail::write_fault fault_;
   detail::file out_, err_;
