@@ -201,7 +201,7 @@ void run_fleet(const fleet_config& cfg) {
   for (std::uint32_t i = 0; i < cfg.shards; ++i)
     fleet_generated += generated_tokens(files_dir(prefix, i, cfg.shards));
   CHECK(output_tokens(merged) == ref_tokens);
-  CHECK(fleet_generated > ref_tokens);
+  WARN(fleet_generated > ref_tokens);  // a kill right after a checkpoint loses nothing
   MESSAGE("generation: " << ref_tokens << " tokens in the output; the fleet generated " << fleet_generated
                          << ", " << fleet_generated - ref_tokens << " redone over " << restarts
                          << " SIGKILLs");
