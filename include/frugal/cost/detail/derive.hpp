@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -42,6 +43,15 @@ inline money saturated_money(int128 v, currency c) {
 inline money price_share(money amount, std::uint64_t part, std::uint64_t whole) {
   if (whole == 0) return money::from_nanos(0, amount.cur());
   return saturated_money(div_half_even(int128(amount.nanos()) * int128(part), int128(whole)), amount.cur());
+}
+
+// sum += x for the saved times, saturated: a feature's saved time may already be near the limit (response
+// hits of huge token counts, found by fuzz_ledger).
+inline void add_time(std::chrono::nanoseconds& sum, std::chrono::nanoseconds x) noexcept {
+  std::int64_t r = 0;
+  if (__builtin_add_overflow(sum.count(), x.count(), &r))
+    r = x.count() < 0 ? std::numeric_limits<std::int64_t>::min() : std::numeric_limits<std::int64_t>::max();
+  sum = std::chrono::nanoseconds(r);
 }
 
 // sum += x for the saved figures, saturated like price_share.
@@ -107,6 +117,7 @@ inline step_cost_model fit_step_costs(const std::array<std::uint64_t, s_field_co
 // tokens × ns per token, as whole nanoseconds, saturated.
 inline std::uint64_t token_time(std::uint64_t tokens, double ns_per_token) {
   const double v = std::round(double(tokens) * ns_per_token);
+  if (!(v > 0)) return 0;
   return v >= 9.2e18 ? std::uint64_t(INT64_MAX) : static_cast<std::uint64_t>(v);
 }
 
@@ -244,8 +255,8 @@ inline ledger_snapshot derive(std::shared_ptr<const ledger_config> cfg, raw_stat
     histogram_snapshot itl = b ? r.itl.minus(b->itl) : r.itl;
     all_ttft.merge(ttft);
     all_itl.merge(itl);
-    for (std::size_t f = 0; f < f_fixed_count; ++f) all[f] += c[f];
-    for (std::size_t d = 0; d < nd; ++d) all_busy[d] += busy[d];
+    for (std::size_t f = 0; f < f_fixed_count; ++f) all[f] = add_sat(all[f], c[f]);
+    for (std::size_t d = 0; d < nd; ++d) all_busy[d] = add_sat(all_busy[d], busy[d]);
     all_hist.merge(h);
     feature_figures& t = s.features[i];
     t.name = r.name;
@@ -348,17 +359,17 @@ inline ledger_snapshot derive(std::shared_ptr<const ledger_config> cfg, raw_stat
   tot.cascade_saved = zero;
   for (const feature_figures& t : s.features) {
     add_saved(tot.cascade_saved, t.cascade_saved);
-    tot.cascade_saved_time += t.cascade_saved_time;
+    add_time(tot.cascade_saved_time, t.cascade_saved_time);
     tot.busy_cost += t.busy_cost;
     tot.idle_share += t.idle_share;
     add_saved(tot.cache_saved, t.cache_saved);
-    tot.cache_saved_time += t.cache_saved_time;
+    add_time(tot.cache_saved_time, t.cache_saved_time);
     add_saved(tot.batching_saved, t.batching_saved);
-    tot.batching_saved_time += t.batching_saved_time;
+    add_time(tot.batching_saved_time, t.batching_saved_time);
     add_saved(tot.prefix_saved, t.prefix_saved);
-    tot.prefix_saved_time += t.prefix_saved_time;
+    add_time(tot.prefix_saved_time, t.prefix_saved_time);
     add_saved(tot.response_saved, t.response_saved);
-    tot.response_saved_time += t.response_saved_time;
+    add_time(tot.response_saved_time, t.response_saved_time);
   }
   tot.cost = s.total_cost;
   // The total's cost is everything paid, idle included: its price per token is what the fleet costs.
@@ -371,7 +382,7 @@ inline ledger_snapshot derive(std::shared_ptr<const ledger_config> cfg, raw_stat
     t.semantic_saved = price_share(t.cache_saved, static_cast<std::uint64_t>(t.semantic_saved_time.count()),
                                    static_cast<std::uint64_t>(t.cache_saved_time.count()));
     add_saved(tot.semantic_saved, t.semantic_saved);
-    tot.semantic_saved_time += t.semantic_saved_time;
+    add_time(tot.semantic_saved_time, t.semantic_saved_time);
   }
 
   const thresholds& th = k.alerts;
