@@ -60,6 +60,17 @@ fetch_gguf_model() {
 }
 export FRUGAL_GGUF_MODEL="${FRUGAL_GGUF_MODEL:-$PWD/$GGUF_MODEL}"
 
+# kubernetes-validate (PyPI; it carries the Kubernetes schemas and runs offline) checks the batch job's Indexed Job
+# manifest: installed once into build/tools/ and put on PATH, where the build finds it.
+fetch_kubernetes_validate() {
+  if [ ! -x build/tools/bin/kubernetes-validate ]; then
+    echo "quickstart: installing kubernetes-validate once (pip) into build/tools" >&2
+    python3 -m venv build/tools
+    build/tools/bin/python -m pip install -q kubernetes-validate==1.37.0
+  fi
+  export PATH="$PWD/build/tools/bin:$PATH"
+}
+
 # The main demo: examples/demo with its default config (examples/demo/config.json); exports to build/demo-out/.
 DEMO_TARGET=frugal_demo
 DEMO_PATH=demo/frugal_demo
@@ -79,9 +90,10 @@ case "${1:-}" in
     # server's scrape test and its alert rules; cpp-httplib and wrk for the example server and its load test;
     # hiredis and redis-server for the Redis tier; hnswlib for the semantic cache; gcovr for coverage.
     need_packages clang libclang-rt-14-dev clang-format gcovr prometheus libutf8proc-dev python3-pip fortunes libhiredis-dev redis-server \
-      libcpp-httplib-dev wrk libhnswlib-dev
+      libcpp-httplib-dev wrk libhnswlib-dev python3-yaml
     fetch_model
     fetch_gguf_model
+    fetch_kubernetes_validate
     export FRUGAL_REQUIRE="${FRUGAL_REQUIRE:-all}"  # a missing model or tool fails its tests (tests/support/requires.hpp)
     start=$(date +%s)
     stage() {

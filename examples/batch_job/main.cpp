@@ -9,9 +9,16 @@
 //                    [--threads N] [--every N] [--every-ms N] [--batch N] [--name NAME] [--errors PATH]
 //                    [--deadline-ms N] [--stop-on-bad]
 //                    [--ledger FILE --billing spot|on_demand --price MONEY]
+//   frugal_batch_job --input corpus.jsonl --output-prefix DIR [--shard-index I] [--shard-count N] [...]
+//   frugal_batch_job --merge --output-prefix DIR --shard-count N --output out.jsonl [--errors PATH]
 //   frugal_batch_job --fortunes DIR PATH [--repeat K]   a corpus of Debian's fortunes (fortunes-min/-bin)
 //   frugal_batch_job --generate N PATH                  a synthetic corpus of N short sentences
 //
+// With --output-prefix the job runs one shard of the input (frugal/job/shard.hpp): the index from
+// --shard-index or JOB_COMPLETION_INDEX (a Kubernetes Indexed Job's pod), the count from --shard-count or
+// FRUGAL_SHARD_COUNT; its output, errors and checkpoint go to DIR/shard-IIIII-of-NNNNN/. --merge checks
+// that every shard completed and writes their outputs in input order; exit 66 names a missing or
+// unfinished shard.
 // --model defaults to $FRUGAL_MODEL_DIR, else the build's FRUGAL_MODEL_DIR. "stand-in" selects a seeded
 // trigram-hash MLP that costs microseconds a record: the kill tests use it under the sanitizers, where the
 // real model's load and encode would take minutes across the 30-odd runs a kill test makes.
@@ -223,12 +230,30 @@ int fortunes(const std::string& dir, const std::string& path, std::uint64_t repe
   return write_corpus(path, texts, "f");
 }
 
+// --merge: the shards under `prefix` into o.output, in input order.
+int merge_shards(const std::string& prefix, std::optional<std::uint32_t> count,
+                 const frugal::job::options& o) {
+  if (!count)
+    if (const char* e = std::getenv(frugal::job::shard_count_env))
+      count = std::uint32_t(examples::integer_flag(frugal::job::shard_count_env, e, 1, UINT32_MAX));
+  if (prefix.empty() || !count || o.output.empty())
+    throw usage_error("--merge needs --output-prefix, --shard-count and --output");
+  const frugal::job::merge_result r = frugal::job::merge_shards(
+      {.prefix = prefix, .count = *count, .output = o.output, .errors = o.errors, .name = o.name});
+  std::fprintf(stderr, "%s: merged %u shards: %llu records, %llu bad, into %s\n", o.name.c_str(), *count,
+               (unsigned long long)r.records, (unsigned long long)r.bad_records, o.output.c_str());
+  return 0;
+}
+
 const char* usage_text =
     "usage: frugal_batch_job --input IN --output OUT --checkpoint-dir DIR [--model DIR|stand-in]\n"
     "         [--precision fp32|fp16|bf16|int8|int8-per-channel|int8-per-tensor|int8-7bit|int4] "
     "[--calibration FILE]\n"
     "         [--threads N] [--every N] [--every-ms N] [--batch N] [--name NAME] [--errors PATH]\n"
     "         [--deadline-ms N] [--stop-on-bad] [--ledger FILE [--billing spot|on_demand] [--price MONEY]]\n"
+    "       frugal_batch_job --input IN --output-prefix DIR [--shard-index I] [--shard-count N] [run flags]\n"
+    "       frugal_batch_job --merge --output-prefix DIR --shard-count N --output OUT [--errors PATH] "
+    "[--name NAME]\n"
     "       frugal_batch_job --fortunes DIR PATH [--repeat K]\n"
     "       frugal_batch_job --generate N PATH\n";
 
@@ -300,6 +325,9 @@ int main(int argc, char** argv) try {
   std::string prec = "fp32", calibration = FRUGAL_DEFAULT_CALIBRATION;
   std::size_t threads = 1;
   ledger_flags lf;
+  std::string prefix;
+  std::optional<std::uint32_t> shard_index, shard_count;
+  bool merge = false;
   try {
     examples::flags f(argc, argv);
     while (f.next()) {
@@ -314,6 +342,14 @@ int main(int argc, char** argv) try {
           repeat = f.integer(1, 1000);
         }
         return fortunes(dir, path, repeat);
+      } else if (f.is("--merge")) {
+        merge = true;
+      } else if (f.is("--output-prefix")) {
+        prefix = f.value();
+      } else if (f.is("--shard-index")) {
+        shard_index = std::uint32_t(f.integer(0, UINT32_MAX - 1));
+      } else if (f.is("--shard-count")) {
+        shard_count = std::uint32_t(f.integer(1, UINT32_MAX));
       } else if (f.is("--input")) {
         o.input = f.value();
       } else if (f.is("--output")) {
@@ -362,12 +398,31 @@ int main(int argc, char** argv) try {
         f.unknown();
       }
     }
+    if (merge) return merge_shards(prefix, shard_count, o);
+    const frugal::job::shard shard = frugal::job::resolve_shard(shard_index, shard_count);
+    if (!prefix.empty()) {
+      if (!o.output.empty() || !o.errors.empty() || !o.checkpoint_dir.empty())
+        throw usage_error(
+            "--output-prefix names the shard's output, errors and checkpoint; drop --output, "
+            "--errors and --checkpoint-dir");
+      const frugal::job::shard_files sf = frugal::job::files_of(prefix, shard);
+      frugal::job::detail::make_dir(prefix);
+      o.output = sf.output;
+      o.errors = sf.errors;
+      o.checkpoint_dir = sf.checkpoint_dir;
+      o.shard = shard;
+    } else if (shard.count > 1) {
+      throw usage_error(frugal::job::to_string(shard) + " needs --output-prefix for its files");
+    }
     if (model.empty()) throw usage_error("no model: pass --model DIR (or stand-in) or set FRUGAL_MODEL_DIR");
     o.testing.fail_write_after = env_count("FRUGAL_JOB_FAIL_WRITE_AFTER");
     o.testing.pause_before_rename = std::chrono::milliseconds(env_count("FRUGAL_JOB_CHECKPOINT_PAUSE_MS"));
   } catch (const std::invalid_argument& e) {
     std::fprintf(stderr, "frugal_batch_job: %s\n%s", e.what(), usage_text);
     return 64;
+  } catch (const frugal::job::error& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return frugal::job::exit_code(e.code());
   }
   const auto slow = std::chrono::milliseconds(env_count("FRUGAL_JOB_SLOW_MS"));
 

@@ -8,7 +8,8 @@
 //   native  the file's own blocks kept as they are (Q4_1, Q8_0) on frugal's block kernels
 //           (quant::gemm_ggml: activations quantized in blocks of 32, exact integer dot products); a tensor
 //           of another type is dequantized to fp32
-//   fp32    weights dequantized once, Eigen GEMMs split over the threads along N
+//   fp32    weights dequantized once, Eigen GEMMs split over the threads along N; with
+//           load_options::batch_invariant, frugal's fixed-order tiles instead (detail::invariant_gemm)
 //   int8    W8A8 on frugal's exact int8 kernels: per-channel weights, per-token dynamic activations
 //   int4    frugal's groupwise asymmetric int4 (W4A16): groups of 128 where K allows it, else the largest of
 //   64
@@ -146,6 +147,51 @@ inline float fast_exp(float x) noexcept {
   return p * scale;
 }
 
+// y (m x n, row-major) = x (m x k) w^T (w n x k row-major) for rows [n0, n1) of w. Every output is its two
+// rows' products accumulated in 16 lanes over k in order, then the lanes summed in one fixed tree: its bits
+// depend on its row of x and its row of w alone, not on m, the tile it falls in or the thread (Eigen's GEMM
+// picks another blocking and reduction order for one row than for many). Tiles of 4 rows of x by 4 rows of
+// w (a single row of x: by 8), over panels of 64 rows of w that stay in cache while every row of x passes;
+// k % 16 == 0.
+using f32x16 = float __attribute__((vector_size(64)));
+
+template <int MR, int NR>
+inline void invariant_tile(const float* x, std::size_t k, const float* w, std::size_t n, std::size_t j0,
+                           float* y) noexcept {
+  const float* wr[NR];
+  for (int j = 0; j < NR; ++j) wr[j] = w + std::min(j0 + static_cast<std::size_t>(j), n - 1) * k;
+  f32x16 acc[MR][NR] = {};
+  for (std::size_t t = 0; t < k; t += 16) {
+    f32x16 wv[NR];
+    for (int j = 0; j < NR; ++j) std::memcpy(&wv[j], wr[j] + t, sizeof(f32x16));
+    for (int i = 0; i < MR; ++i) {
+      f32x16 xv;
+      std::memcpy(&xv, x + static_cast<std::size_t>(i) * k + t, sizeof(f32x16));
+      for (int j = 0; j < NR; ++j) acc[i][j] += xv * wv[j];
+    }
+  }
+  for (int i = 0; i < MR; ++i)
+    for (int j = 0; j < NR && j0 + static_cast<std::size_t>(j) < n; ++j) {
+      float s[16];
+      std::memcpy(s, &acc[i][j], sizeof s);
+      for (int half = 8; half >= 1; half /= 2)
+        for (int l = 0; l < half; ++l) s[l] += s[l + half];
+      y[static_cast<std::size_t>(i) * n + j0 + static_cast<std::size_t>(j)] = s[0];
+    }
+}
+
+inline void invariant_gemm(const float* x, std::size_t m, std::size_t k, const float* w, std::size_t n,
+                           std::size_t n0, std::size_t n1, float* y) noexcept {
+  for (std::size_t p0 = n0; p0 < n1; p0 += 64) {
+    const std::size_t p1 = std::min(n1, p0 + 64);
+    std::size_t i = 0;
+    for (; i + 4 <= m; i += 4)
+      for (std::size_t j = p0; j < p1; j += 4) invariant_tile<4, 4>(x + i * k, k, w, n, j, y + i * n);
+    for (; i < m; ++i)
+      for (std::size_t j = p0; j < p1; j += 8) invariant_tile<1, 8>(x + i * k, k, w, n, j, y + i * n);
+  }
+}
+
 inline std::size_t int4_group(std::size_t k) {
   for (std::size_t g : {std::size_t{128}, std::size_t{64}, std::size_t{32}})
     if (k % g == 0) return g;
@@ -160,7 +206,10 @@ class linear {
  public:
   linear() = default;
 
-  linear(std::span<const frugal::gguf::tensor_info* const> parts, precision p) : p_(p) {
+  /// @brief @p invariant: fp32 weights (precision fp32, or a tensor that native keeps as fp32) run
+  /// detail::invariant_gemm, whose rows do not depend on the batch, instead of Eigen's GEMM.
+  linear(std::span<const frugal::gguf::tensor_info* const> parts, precision p, bool invariant = false)
+      : p_(p), invariant_(invariant) {
     k_ = static_cast<std::size_t>(parts[0]->row_length());
     for (const auto* t : parts) {
       if (t->row_length() != k_)
@@ -200,6 +249,9 @@ class linear {
         w32_ =
             Eigen::Map<const matrix>(w.data(), static_cast<Eigen::Index>(n_), static_cast<Eigen::Index>(k_));
         kind_ = kind::f32;
+        if (invariant_ && k_ % 16 != 0)
+          throw std::invalid_argument("llama: batch_invariant fp32 needs rows of a multiple of 16, and " +
+                                      parts[0]->name + " has " + std::to_string(k_));
         break;
       case precision::int8:
         w8_ = q::quantize_weights_per_channel(w, n_, k_);
@@ -255,6 +307,10 @@ class linear {
         const auto part = [&](std::size_t i) {
           const std::size_t n0 = n_ * i / parts / 16 * 16,
                             n1 = i + 1 == parts ? n_ : n_ * (i + 1) / parts / 16 * 16;
+          if (invariant_) {
+            detail::invariant_gemm(x, m, k_, w32_.data(), n_, n0, n1, y);
+            return;
+          }
           Eigen::Map<matrix, 0, Eigen::OuterStride<>> ym(y + n0, static_cast<Eigen::Index>(m),
                                                          static_cast<Eigen::Index>(n1 - n0),
                                                          Eigen::OuterStride<>(static_cast<Eigen::Index>(n_)));
@@ -274,6 +330,7 @@ class linear {
  private:
   enum class kind { ggml, f32, i8, i4 };
   precision p_ = precision::fp32;
+  bool invariant_ = false;
   kind kind_ = kind::f32;
   std::size_t n_ = 0, k_ = 0;
   q::ggml_weights ggml_;
@@ -330,6 +387,11 @@ struct load_options {
   std::size_t kv_budget_bytes = std::size_t{256} << 20;
   /// Whether full blocks of computed tokens are kept and shared by later sequences with the same prefix.
   bool prefix_caching = true;
+  /// fp32 weights through a fixed-order kernel, so that a sequence's logits are the same bits alone or
+  /// batched, prefilled at once or chunked, from the prefix cache or computed (native and int8 are so
+  /// anyway). Off, fp32 runs Eigen's GEMMs, faster for prefill, whose rows change in the last bits with the
+  /// batch.
+  bool batch_invariant = false;
 };
 
 /// @brief One sequence's input to model::forward: run `tokens` at the end of `seq`, and return logits for its
@@ -381,21 +443,21 @@ class model {
       const frugal::gguf::tensor_info* qkv[] = {&tensor(p + "attn_q.weight", {c.hidden, c.q_dim()}),
                                                 &tensor(p + "attn_k.weight", {c.hidden, c.kv_dim()}),
                                                 &tensor(p + "attn_v.weight", {c.hidden, c.kv_dim()})};
-      L.qkv = linear(qkv, opt.weights);
+      L.qkv = linear(qkv, opt.weights, opt.batch_invariant);
       const frugal::gguf::tensor_info* o[] = {&tensor(p + "attn_output.weight", {c.q_dim(), c.hidden})};
-      L.o = linear(o, opt.weights);
+      L.o = linear(o, opt.weights, opt.batch_invariant);
       const frugal::gguf::tensor_info* gu[] = {&tensor(p + "ffn_gate.weight", {c.hidden, c.ffn}),
                                                &tensor(p + "ffn_up.weight", {c.hidden, c.ffn})};
-      L.gate_up = linear(gu, opt.weights);
+      L.gate_up = linear(gu, opt.weights, opt.batch_invariant);
       const frugal::gguf::tensor_info* d[] = {&tensor(p + "ffn_down.weight", {c.ffn, c.hidden})};
-      L.down = linear(d, opt.weights);
+      L.down = linear(d, opt.weights, opt.batch_invariant);
       m->layers_.push_back(std::move(L));
     }
     m->out_norm_ = norm("output_norm.weight");
     const frugal::gguf::tensor_info* out =
         m->find("output.weight") ? &tensor("output.weight", {c.hidden, m->cfg_.vocab}) : m->embd_;
     const frugal::gguf::tensor_info* outs[] = {out};
-    m->output_ = linear(outs, opt.weights);
+    m->output_ = linear(outs, opt.weights, opt.batch_invariant);
     m->kv_ =
         std::make_unique<frugal::kv_cache>(frugal::kv_cache_options{.layers = c.layers,
                                                                     .kv_heads = c.kv_heads,
@@ -426,6 +488,9 @@ class model {
   /// @brief Bytes of KV cache the open sequences' blocks hold now (shared blocks once).
   std::size_t kv_bytes() const { return kv_->stats().bytes_used; }
   frugal::kv_cache& kv() noexcept { return *kv_; }
+  /// @brief The prefix-cache salt of this file in this precision: a scheduler's requests for this model carry
+  /// it.
+  const frugal::kv_salt& salt() const noexcept { return salt_; }
   const frugal::kv_cache& kv() const noexcept { return *kv_; }
 
   /// @brief A new sequence. With @p prompt and prefix caching on, it starts holding the longest run of the

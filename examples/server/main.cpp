@@ -12,6 +12,7 @@
 //                 [--models FILE]  (several models from one pool, loaded on demand and unloaded when
 //                 idle, within a memory budget: see models_config.hpp; --model DIR is their default path)
 //                 [--pool-collect-s X]  (how often idle models are unloaded, default 1)
+//                 [--drain-grace-s X]  (after SIGTERM, how long running generations may go on, default 30)
 //
 // The bearer token is read from --token-file or the environment variable FRUGAL_SERVER_TOKEN, never
 // from the command line (it would show in ps) and never logged. SIGTERM or SIGINT stops accepting,
@@ -60,6 +61,8 @@ int main(int argc, char** argv) {
         models_file = f.value();
       else if (f.is("--pool-collect-s"))
         o.collect_interval_s = f.number(0.01, 3600);
+      else if (f.is("--drain-grace-s"))
+        o.drain_grace_s = f.number(0, 3600);
       else if (f.is("--model-name"))
         o.model_name = f.value();
       else if (f.is("--host"))

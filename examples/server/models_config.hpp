@@ -19,6 +19,25 @@
 // budget_mb  what all loaded models may take together; default: the sum of every model's estimate
 //            (all fit). A load that does not fit unloads idle models, least recently used first.
 //
+// A language model (served on /v1/chat/completions and /v1/completions) is an entry of kind "chat":
+//
+//   {"name": "smollm2", "kind": "chat", "path": "/models/SmolLM2-135M-Instruct.Q4_1.gguf", "pinned": true,
+//    "precision": "native", "threads": 2, "kv_budget_mb": 256, "max_running": 32, "max_waiting": 256,
+//    "step_tokens": 512, "max_context": 0, "default_max_tokens": 256}
+//
+// kind       "embedding" (default: the fields above) or "chat" (these fields, and name, pinned,
+// idle_unload_s,
+//            estimated_mb)
+// path       the model's GGUF file (required)
+// precision  native (default: the file's own blocks), fp32, int8 or int4 (examples/models/llama.hpp)
+// threads    threads of the model's steps (default 1); each chat model also has one loop thread
+// kv_budget_mb   its paged KV cache (default 256), reserved at load and charged to the pool
+// max_running, max_waiting, step_tokens   its scheduler (frugal::scheduler_options); a request that finds
+//            max_waiting sequences waiting is refused at once with 429
+// max_context    the longest sequence (prompt and completion); 0 (default): the file's context_length
+// default_max_tokens  a request's max_tokens when it gives none, cut to what fits its context
+// estimated_mb   default: the file's size and the KV budget
+//
 // Everything is validated before any work, by examples/common/config.hpp, with the path of the bad field
 // (models[1].precision); unknown keys are errors, not ignored.
 #include <sys/stat.h>
@@ -28,6 +47,7 @@
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "../common/config.hpp"
@@ -43,6 +63,15 @@ struct model_entry {
   bool pinned = false;
   double idle_unload_s = 0;
   std::size_t estimated_bytes = 0;
+  /// "chat": a language model from a GGUF file (the fields below); "embedding": a BERT directory.
+  bool chat = false;
+  std::size_t threads = 1;
+  std::size_t kv_budget_bytes = std::size_t{256} << 20;
+  std::size_t max_running = 32;
+  std::size_t max_waiting = 256;
+  std::size_t step_tokens = 512;
+  std::size_t max_context = 0;
+  std::size_t default_max_tokens = 256;
 };
 
 /// @brief The served models and the pool's budget.
@@ -68,6 +97,30 @@ inline std::size_t file_bytes(const std::string& path) {
 
 }  // namespace detail
 
+/// @brief Checks a chat entry (see the file's comment) and fills its estimate; throws
+/// std::invalid_argument naming @p at and the field.
+inline void finish_chat_entry(model_entry& m, const std::string& at) {
+  if (m.precision != "native" && m.precision != "fp32" && m.precision != "int8" && m.precision != "int4")
+    throw std::invalid_argument(at + "precision: \"" + m.precision +
+                                "\" is not one of native, fp32, int8, int4");
+  if (m.path.empty()) throw std::invalid_argument(at + "path: a chat model needs its GGUF file");
+  {
+    std::ifstream probe(m.path, std::ios::binary);
+    char magic[4] = {};
+    if (!probe) throw std::invalid_argument(at + "path: " + m.path + " cannot be opened");
+    if (!probe.read(magic, 4) || std::string_view(magic, 4) != "GGUF")
+      throw std::invalid_argument(at + "path: " + m.path + " is not a GGUF file");
+  }
+  if (m.max_running == 0 || m.step_tokens < m.max_running)
+    throw std::invalid_argument(at + "step_tokens: must be at least max_running (" +
+                                std::to_string(m.max_running) + ")");
+  if (!(m.idle_unload_s >= 0 && m.idle_unload_s <= 86400 * 365.0))
+    throw std::invalid_argument(at + "idle_unload_s: must be in 0 .. 31536000 seconds");
+  if (m.pinned && m.idle_unload_s > 0)
+    throw std::invalid_argument(at + "idle_unload_s: a pinned model is never unloaded; drop one of the two");
+  if (m.estimated_bytes == 0) m.estimated_bytes = detail::file_bytes(m.path) + m.kv_budget_bytes;
+}
+
 /// @brief Fills the defaults (path, estimate, budget) and checks every entry; throws
 /// std::invalid_argument naming @p where and the field.
 inline void finish_models_config(models_config& c, const std::string& default_dir, const std::string& where,
@@ -82,6 +135,11 @@ inline void finish_models_config(models_config& c, const std::string& default_di
       throw std::invalid_argument(at + "name: \"" + m.name + "\" must be 1-64 of [A-Za-z0-9._:-]");
     if (!names.insert(m.name).second)
       throw std::invalid_argument(at + "name: \"" + m.name + "\" is given twice");
+    if (m.chat) {
+      finish_chat_entry(m, at);
+      sum += m.estimated_bytes;
+      continue;
+    }
     (void)examples::encoder_precision(m.precision, at + "precision");
     if (m.path.empty()) m.path = default_dir;
     if (m.path.empty()) throw std::invalid_argument(at + "path: not given, and no --model DIR either");
@@ -112,6 +170,10 @@ inline models_config load_models_config(const std::string& file, const std::stri
   root.each("models", [&](examples::config_object& e, std::size_t) {
     model_entry m;
     if (!e.has("name")) e.fail("name", "is required");
+    std::string kind = "embedding";
+    e.get("kind", kind, {"embedding", "chat"});
+    m.chat = kind == "chat";
+    if (m.chat) m.precision = "native";
     e.get("name", m.name);
     e.get("precision", m.precision);
     e.get("path", m.path);
@@ -120,6 +182,17 @@ inline models_config load_models_config(const std::string& file, const std::stri
     std::uint64_t estimated_mb = 0;
     e.get("estimated_mb", estimated_mb, std::uint64_t{1}, std::uint64_t{1} << 30);
     m.estimated_bytes = static_cast<std::size_t>(estimated_mb) << 20;
+    if (m.chat) {  // the chat fields only here: on an embedding entry they are unknown keys
+      std::uint64_t kv_mb = m.kv_budget_bytes >> 20;
+      e.get("kv_budget_mb", kv_mb, std::uint64_t{1}, std::uint64_t{1} << 20);
+      m.kv_budget_bytes = static_cast<std::size_t>(kv_mb) << 20;
+      e.get("threads", m.threads, std::size_t{1}, std::size_t{256});
+      e.get("max_running", m.max_running, std::size_t{1}, std::size_t{4096});
+      e.get("max_waiting", m.max_waiting, std::size_t{1}, std::size_t{1} << 20);
+      e.get("step_tokens", m.step_tokens, std::size_t{1}, std::size_t{1} << 20);
+      e.get("max_context", m.max_context, std::size_t{0}, std::size_t{1} << 24);
+      e.get("default_max_tokens", m.default_max_tokens, std::size_t{1}, std::size_t{1} << 24);
+    }
     c.models.push_back(std::move(m));
   });
   root.finish();

@@ -4,6 +4,8 @@
 // parts the way the README's loop is: result cache -> batcher -> the worker's model call -> ledger.
 //
 //   POST /v1/embeddings   {"model": "...", "input": "text" | ["text", ...], "user": "feature"}
+//   POST /v1/chat/completions, POST /v1/completions   a language model's (models_config.hpp, kind "chat"),
+//                         streamed as Server-Sent Events with "stream": true
 //   GET  /metrics         the library's exporters (ledger, batchers, pool, caches) and the process's own
 //   GET  /healthz         alive;   GET /readyz   every pinned model is loaded and warm
 //   GET  /v1/models       the served models, each with its state in the pool
@@ -11,7 +13,8 @@
 // The models come from a frugal::model_pool (models_config.hpp): loaded on their first request (or at
 // start when pinned), unloaded after their idle_unload_s without requests, and kept within the pool's
 // memory budget by unloading idle ones, least recently used first. Each model has its own batcher and
-// worker; a worker holds a lease on its model for one batch at a time.
+// worker; a worker holds a lease on its model for one batch at a time. A language model has its own
+// scheduler and loop thread instead (llm_engine.hpp); a chat request holds a lease while its sequence runs.
 #include <malloc.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -24,6 +27,8 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <functional>
+#include <future>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -39,6 +44,8 @@
 #include "../common/load_model.hpp"
 #include "../common/write.hpp"
 #include "bert.hpp"
+#include "chat.hpp"
+#include "llm_engine.hpp"
 #include "models_config.hpp"
 #if FRUGAL_SERVER_WITH_REDIS
 #  include <frugal/redis.hpp>
@@ -120,6 +127,15 @@ struct options {
   std::string gpu_name = "cpu";
   std::string hourly_usd = "0.50";
   semantic_route_options semantic{};  ///< POST /v1/semantic/answer (semantic_route.hpp)
+  /// After SIGTERM, running generations may go on this long; then they are cut, with finish_reason
+  /// "abort" (streamed) or a 503 (not yet answered).
+  double drain_grace_s = 30;
+};
+
+/// @brief What the pool holds for one model: an encoder (embeddings) or a language model's engine.
+struct served_model {
+  std::unique_ptr<bert::encoder> encoder;
+  std::unique_ptr<llm_engine> llm;
 };
 
 /// @brief Compares two strings in time that depends only on their lengths (for the bearer token).
@@ -164,15 +180,21 @@ class app {
   };
 
  private:
-  // One served model: its tokenizer (always loaded), its batcher and its worker.
+  // One served model: its tokenizer (always loaded), its batcher and its worker; a chat model has none of
+  // the three (its tokenizer is in the GGUF file, its engine runs its steps).
   struct route {
     std::string name, precision;
+    bool chat = false;
+    std::size_t default_max_tokens = 256;
     double idle_unload_s = 0;
+    std::atomic<std::uint64_t> outcome_ok{0}, outcome_disconnected{0}, outcome_aborted{0},
+        outcome_rejected{0}, outcome_error{0};
+    std::atomic<std::uint64_t> prompt_tokens{0}, cached_tokens{0}, completion_tokens{0};
     std::shared_ptr<const frugal::wordpiece::tokenizer> tokenizer;
     std::unique_ptr<frugal::batcher<request, embedding>> batcher;
     std::jthread worker;  // after the batcher: joined before it is destroyed
   };
-  using pool_type = frugal::model_pool<bert::encoder>;
+  using pool_type = frugal::model_pool<served_model>;
 
  public:
   explicit app(const options& o)
@@ -207,10 +229,10 @@ class app {
           o.semantic, o.hourly_usd,
           [this](const std::string& t) -> std::optional<std::vector<float>> {
             if (!ready_ || draining_) return std::nullopt;
-            route& r = *routes_.front();  // the first model of the config
+            route& r = first_embedding_route();
             const auto ids = r.tokenizer->encode(t);
             auto lease = pool_->acquire(r.name);
-            return std::move(lease->encode(std::span(&ids, 1))[0]);
+            return std::move(lease->encoder->encode(std::span(&ids, 1))[0]);
           },
           [this](const httplib::Request& req, httplib::Response& res) { return authorized(req, res); });
   }
@@ -227,6 +249,32 @@ class app {
     std::vector<frugal::model_spec<>> specs;
     std::map<std::string, std::shared_ptr<const frugal::wordpiece::tokenizer>> tokenizers;  // by path
     for (const model_entry& m : mc.models) {
+      if (m.chat) {
+        frugal::model_spec<> spec{.name = m.name,
+                                  .args = {{"kind", "chat"},
+                                           {"path", m.path},
+                                           {"precision", m.precision},
+                                           {"threads", std::to_string(m.threads)},
+                                           {"kv_budget_bytes", std::to_string(m.kv_budget_bytes)},
+                                           {"max_running", std::to_string(m.max_running)},
+                                           {"max_waiting", std::to_string(m.max_waiting)},
+                                           {"step_tokens", std::to_string(m.step_tokens)},
+                                           {"max_context", std::to_string(m.max_context)}},
+                                  .estimated_bytes = m.estimated_bytes,
+                                  .pinned = m.pinned};
+        spec.idle_unload_after = std::chrono::duration_cast<std::chrono::nanoseconds>(
+            std::chrono::duration<double>(m.idle_unload_s));
+        specs.push_back(std::move(spec));
+        auto r = std::make_unique<route>();
+        r->name = m.name;
+        r->precision = m.precision;
+        r->chat = true;
+        r->default_max_tokens = m.default_max_tokens;
+        r->idle_unload_s = m.idle_unload_s;
+        by_name_[r->name] = r.get();
+        routes_.push_back(std::move(r));
+        continue;
+      }
       frugal::model_spec<> spec{.name = m.name,
                                 .args = {{"path", m.path}, {"precision", m.precision}},
                                 .estimated_bytes = m.estimated_bytes,
@@ -263,12 +311,17 @@ class app {
         .models = std::move(specs),
         .load = [this](const frugal::model_spec<>& spec) { return load_model(spec); },
         .warm_up =
-            [](bert::encoder& e, const frugal::model_spec<>& spec) {
-              (void)e.encode_texts(std::vector<std::string>{spec.warm_up_input});
+            [](served_model& m, const frugal::model_spec<>& spec) {
+              if (m.encoder) (void)m.encoder->encode_texts(std::vector<std::string>{spec.warm_up_input});
+              if (m.llm) warm_up(*m.llm);
             },
         .unload =
-            [](std::unique_ptr<bert::encoder> e, const frugal::model_spec<>&) {
-              e.reset();
+            [this](std::unique_ptr<served_model> m, const frugal::model_spec<>& spec) {
+              if (m->llm) {
+                std::lock_guard g(engines_m_);  // /metrics reads the engines under it
+                engines_.erase(spec.name);
+              }
+              m.reset();
               ::malloc_trim(0);  // the freed weights go back to the system, not only to malloc's free lists
             },
         .acquire_timeout = std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -278,7 +331,8 @@ class app {
         .ledger = &ledger_,
         .ledger_device = 0});
     pool_->load_pinned();
-    for (auto& r : routes_) r->worker = std::jthread([this, &r = *r](std::stop_token st) { work(r, st); });
+    for (auto& r : routes_)
+      if (!r->chat) r->worker = std::jthread([this, &r = *r](std::stop_token st) { work(r, st); });
     sampler_ = std::jthread([this](std::stop_token st) { sample(st); });
     ready_ = true;
   }
@@ -317,6 +371,10 @@ class app {
     });
     http.Post("/v1/embeddings",
               [this](const httplib::Request& req, httplib::Response& res) { embeddings(req, res); });
+    http.Post("/v1/chat/completions",
+              [this](const httplib::Request& req, httplib::Response& res) { complete(req, res, true); });
+    http.Post("/v1/completions",
+              [this](const httplib::Request& req, httplib::Response& res) { complete(req, res, false); });
     if (semantic_) semantic_->routes(http);
     // 413 for bodies over the limit, and an OpenAI-shaped error for every status httplib sets itself.
     http.set_error_handler([](const httplib::Request&, httplib::Response& res) {
@@ -334,7 +392,8 @@ class app {
   /// writes the ledger's exports. Call after the HTTP server has stopped and joined its handlers.
   void drain() {
     draining_ = true;
-    for (auto& r : routes_) r->batcher->close(frugal::drain::yes);
+    for (auto& r : routes_)
+      if (r->batcher) r->batcher->close(frugal::drain::yes);
     for (auto& r : routes_) {
       r->worker.request_stop();
       if (r->worker.joinable()) r->worker.join();
@@ -348,7 +407,13 @@ class app {
     }
   }
 
-  void begin_drain() { draining_ = true; }
+  void begin_drain() {
+    drain_deadline_.store(
+        clock::now().time_since_epoch().count() +
+        std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(opt_.drain_grace_s))
+            .count());
+    draining_ = true;
+  }
   std::uint64_t accepted() const { return accepted_.load(); }
   std::uint64_t answered() const { return answered_.load(); }
 
@@ -410,16 +475,14 @@ class app {
     const auto model = body.find("model");
     if (model == body.end() || !model->is_string())
       return fail(res, 400, "'model' must be a string", "model");
-    const auto found = by_name_.find(model->get<std::string>());
-    if (found == by_name_.end()) {
-      std::string names;
-      for (const auto& r : routes_) names += (names.empty() ? "'" : ", '") + r->name + "'";
+    route* found = find_route(model->get<std::string>(), res);
+    if (!found) return;
+    route& rt = *found;
+    if (rt.chat)
       return fail(
-          res, 404,
-          "the model '" + model->get<std::string>() + "' does not exist (this server has " + names + ")",
-          "model", "invalid_request_error");
-    }
-    route& rt = *found->second;
+          res, 400,
+          "the model '" + rt.name + "' is a language model: use /v1/chat/completions or /v1/completions",
+          "model");
     const auto input = body.find("input");
     std::vector<std::string> texts;
     if (input == body.end()) return fail(res, 400, "'input' is required", "input");
@@ -556,7 +619,7 @@ class app {
         // a model load), and keeps it from being unloaded while the batch runs.
         auto model = pool_->acquire(r.name);
         const auto t0 = clock::now();
-        auto out = model->encode(ids);
+        auto out = model->encoder->encode(ids);
         const auto busy = clock::now() - t0;
         std::vector<embedding> results;
         results.reserve(out.size());
@@ -628,8 +691,10 @@ class app {
       }
       if (!sampled) ledger_.record_memory(0, resident_bytes(), physical_bytes());
       std::size_t depth = 0;
-      for (const auto& r : routes_) depth += r->batcher->stats().queue_depth;
-      ledger_.record_queue_depth(depth, opt_.max_queued * routes_.size());
+      std::size_t batchers = 0;
+      for (const auto& r : routes_)
+        if (r->batcher) depth += r->batcher->stats().queue_depth, ++batchers;
+      if (batchers) ledger_.record_queue_depth(depth, opt_.max_queued * batchers);
     }
   }
 
@@ -641,10 +706,12 @@ class app {
     frugal::prometheus_writer w;
     frugal::cost::append_prometheus(w, snap);
     for (const auto& r : routes_)
-      frugal::append_prometheus(w, r->batcher->stats(), {.labels = {{"model", r->name}}});
+      if (r->batcher) frugal::append_prometheus(w, r->batcher->stats(), {.labels = {{"model", r->name}}});
     w.family("frugal_batcher_queue_limit", type::gauge, "The batcher's queue limit (max_queued).");
     for (const auto& r : routes_)
-      w.sample("frugal_batcher_queue_limit", {{"model", r->name}}, r->batcher->options().max_queued);
+      if (r->batcher)
+        w.sample("frugal_batcher_queue_limit", {{"model", r->name}}, r->batcher->options().max_queued);
+    llm_metrics(w);
     frugal::append_prometheus(w, pool_->stats());
 #if FRUGAL_SERVER_WITH_REDIS
     if (tier_) frugal::append_prometheus(w, tier_->stats());
@@ -687,6 +754,7 @@ class app {
       data.push_back({{"id", m.name},
                       {"object", "model"},
                       {"owned_by", "frugal"},
+                      {"kind", r.chat ? "chat" : "embedding"},
                       {"precision", r.precision},
                       {"state", frugal::to_string(m.state)},
                       {"pinned", m.pinned},
@@ -702,8 +770,11 @@ class app {
     return json{{"object", "list"}, {"data", std::move(data)}};
   }
 
-  // The pool's loader: the encoder from spec.args (path, precision); its bytes as the encoder counts them.
-  frugal::loaded_model<bert::encoder> load_model(const frugal::model_spec<>& spec) const {
+  // The pool's loader: the encoder from spec.args (path, precision), its bytes as the encoder counts them;
+  // or a language model's engine, its weights and KV budget.
+  frugal::loaded_model<served_model> load_model(const frugal::model_spec<>& spec) {
+    if (const auto k = spec.args.find("kind"); k != spec.args.end() && k->second == "chat")
+      return load_llm(spec);
     auto e = std::make_unique<bert::encoder>(
         examples::load_encoder({.dir = spec.args.at("path"),
                                 .precision = spec.args.at("precision"),
@@ -715,7 +786,500 @@ class app {
     // the process holds about what the pool charges (int8: 97 -> 75 MiB resident, bench_pool_rss).
     ::malloc_trim(0);
     const std::size_t bytes = e->linear_bytes() + e->other_bytes();
-    return {std::move(e), bytes};
+    auto m = std::make_unique<served_model>();
+    m->encoder = std::move(e);
+    return {std::move(m), bytes};
+  }
+
+  // A language model's engine from spec.args (models_config.hpp's chat fields); its bytes are its weights
+  // and its whole KV budget, reserved at load.
+  frugal::loaded_model<served_model> load_llm(const frugal::model_spec<>& spec) {
+    const auto num = [&](const char* k) { return static_cast<std::size_t>(std::stoull(spec.args.at(k))); };
+    const llm_options o{.path = spec.args.at("path"),
+                        .precision = llama::parse_precision(spec.args.at("precision")),
+                        .threads = num("threads"),
+                        .kv_budget_bytes = num("kv_budget_bytes"),
+                        .scheduler = {.max_running = num("max_running"),
+                                      .max_waiting = num("max_waiting"),
+                                      .step_tokens = num("step_tokens"),
+                                      .max_context = num("max_context")}};
+    auto m = std::make_unique<served_model>();
+    m->llm = std::make_unique<llm_engine>(o, [this](const llm_step_report& r) { record_step(r); });
+    ::malloc_trim(0);
+    const std::size_t bytes = m->llm->bytes();
+    std::lock_guard g(engines_m_);
+    engines_[spec.name] = m->llm.get();
+    return {std::move(m), bytes};
+  }
+
+  // One short generation, so that the first request finds the model's pages touched.
+  static void warm_up(llm_engine& e) {
+    frugal::generation_request r;
+    r.prompt = e.model().tokenizer().encode("warm up");
+    r.max_tokens = 1;
+    std::promise<void> done;
+    e.submit(
+        std::move(r),
+        [&done](frugal::result<frugal::generation> g) noexcept {
+          if (g.has_value())
+            done.set_value();
+          else
+            done.set_exception(g.error());
+        },
+        0);
+    done.get_future().get();
+  }
+
+  // A step's busy time split over the features of its sequences by the tokens each ran. Token counts are
+  // booked per request (record_tokens), not here.
+  void record_step(const llm_step_report& r) {
+    std::uint64_t total = 0;
+    for (const auto& [label, p] : r.by_label) total += p.tokens;
+    if (total == 0) return;
+    for (const auto& [label, p] : r.by_label)
+      ledger_.record_batch({.feature = frugal::cost::feature_id{label},
+                            .busy = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                r.busy * static_cast<double>(p.tokens) / static_cast<double>(total)),
+                            .batch_size = p.sequences,
+                            .capacity = static_cast<std::uint32_t>(r.capacity)});
+  }
+
+  // The token counts of one answered request. The ledger books requests, outcomes and step time per feature
+  // (above); its per-feature token accounting (in, cached, out) belongs here, where all three are known.
+  void record_tokens(route& rt, frugal::cost::feature_id, std::size_t prompt, std::size_t cached,
+                     std::size_t completion) {
+    rt.prompt_tokens.fetch_add(prompt);
+    rt.cached_tokens.fetch_add(cached);
+    rt.completion_tokens.fetch_add(completion);
+  }
+
+  route* find_route(const std::string& name, httplib::Response& res) {
+    const auto found = by_name_.find(name);
+    if (found != by_name_.end()) return found->second;
+    std::string names;
+    for (const auto& r : routes_) names += (names.empty() ? "'" : ", '") + r->name + "'";
+    fail(res, 404, "the model '" + name + "' does not exist (this server has " + names + ")", "model");
+    return nullptr;
+  }
+
+  route& first_embedding_route() {
+    for (auto& r : routes_)
+      if (!r->chat) return *r;
+    throw std::invalid_argument("--semantic needs an embedding model in the config");
+  }
+
+  // What a request's sequence hands to its HTTP thread: its tokens as they come, then its end.
+  struct generation_state {
+    std::mutex m;
+    std::condition_variable cv;
+    std::vector<frugal::kv_token> tokens;
+    bool resolved = false;
+    std::optional<frugal::generation> gen;
+    std::exception_ptr error;
+  };
+
+  // One chat or completion request from submit to its end.
+  struct llm_call {
+    std::shared_ptr<pool_type::lease> lease;
+    llm_engine* engine = nullptr;
+    route* rt = nullptr;
+    std::shared_ptr<generation_state> st;
+    frugal::sequence_id id = 0;
+    frugal::cost::feature_id feature{};
+    clock::time_point start{};
+    std::string response_id;
+    std::int64_t created = 0;
+    bool chat = true;
+    std::optional<text_stream> text;
+    std::optional<connection_watch> watch;
+    std::size_t prompt_tokens = 0, cached_tokens = 0, completion_tokens = 0;
+    std::string finish_reason;  // stop, length, or abort (cut at shutdown)
+    std::string error;          // the model failed
+    bool disconnected = false;
+    bool finished = false;
+  };
+
+  static std::string describe(const std::exception_ptr& e) {
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::exception& x) {
+      return x.what();
+    } catch (...) {
+    }
+    return "unknown error";
+  }
+
+  // Cancels the sequence and waits for the scheduler to end it (at its next step boundary, which frees
+  // its KV blocks).
+  static void cancel_and_wait(llm_call& c) {
+    c.engine->cancel(c.id);
+    std::unique_lock lk(c.st->m);
+    c.st->cv.wait(lk, [&] { return c.st->resolved; });
+  }
+
+  bool past_grace() const {
+    return draining_ && clock::now().time_since_epoch().count() > drain_deadline_.load();
+  }
+
+  // Feeds the sequence's text to emit until it ends, a stop string appears, the client goes (emit returns
+  // false, or the socket is closed), or the shutdown grace is over.
+  void drive(llm_call& c, const std::function<bool(const std::string&)>& emit) {
+    generation_state& st = *c.st;
+    std::size_t seen = 0;
+    for (;;) {
+      std::vector<frugal::kv_token> fresh;
+      bool resolved;
+      {
+        std::unique_lock lk(st.m);
+        st.cv.wait_for(lk, std::chrono::milliseconds(20),
+                       [&] { return st.tokens.size() > seen || st.resolved; });
+        fresh.assign(st.tokens.begin() + static_cast<std::ptrdiff_t>(seen), st.tokens.end());
+        seen = st.tokens.size();
+        resolved = st.resolved;
+      }
+      for (const frugal::kv_token t : fresh) {
+        ++c.completion_tokens;
+        const std::string piece = c.text->push(t);
+        if (!piece.empty() && !emit(piece)) {
+          c.disconnected = true;
+          return cancel_and_wait(c);
+        }
+        if (c.text->stopped()) {
+          c.finish_reason = "stop";
+          if (!resolved) cancel_and_wait(c);
+          if (st.gen) c.cached_tokens = st.gen->cached_tokens;
+          return;
+        }
+      }
+      if (resolved) {
+        if (st.error) {
+          c.error = describe(st.error);
+          return;
+        }
+        c.cached_tokens = st.gen->cached_tokens;
+        c.finish_reason = frugal::to_string(st.gen->reason);
+        const std::string rest = c.text->finish();
+        if (!rest.empty() && !emit(rest)) c.disconnected = true;
+        return;
+      }
+      if (c.watch->closed()) {
+        c.disconnected = true;
+        return cancel_and_wait(c);
+      }
+      if (past_grace()) {
+        c.finish_reason = "abort";
+        return cancel_and_wait(c);
+      }
+    }
+  }
+
+  // Books the request once: the ledger (a client that left is an error to it: it has no outcome for a
+  // cancelled request), the token counts, the outcome counters.
+  void finish_call(llm_call& c) {
+    if (c.finished) return;
+    c.finished = true;
+    if (!c.st->resolved) cancel_and_wait(c);
+    c.engine->forget(c.id);
+    const auto latency = std::chrono::duration_cast<std::chrono::nanoseconds>(clock::now() - c.start);
+    const bool ok = !c.disconnected && c.error.empty();
+    ledger_.record_request(c.feature, latency, ok ? frugal::cost::outcome::ok : frugal::cost::outcome::error);
+    record_tokens(*c.rt, c.feature, c.prompt_tokens, c.cached_tokens, c.completion_tokens);
+    (c.disconnected               ? c.rt->outcome_disconnected
+     : !c.error.empty()           ? c.rt->outcome_error
+     : c.finish_reason == "abort" ? c.rt->outcome_aborted
+                                  : c.rt->outcome_ok)
+        .fetch_add(1);
+    answered_.fetch_add(1);
+    c.lease.reset();
+  }
+
+  json usage_json(const llm_call& c) const {
+    return {{"prompt_tokens", c.prompt_tokens},
+            {"completion_tokens", c.completion_tokens},
+            {"total_tokens", c.prompt_tokens + c.completion_tokens},
+            {"prompt_tokens_details", {{"cached_tokens", c.cached_tokens}}}};
+  }
+
+  // POST /v1/chat/completions (chat) and /v1/completions: validate, tokenize, submit, then answer at the
+  // end or stream the text as it comes.
+  void complete(const httplib::Request& req, httplib::Response& res, bool chat) {
+    const auto start = clock::now();
+    if (!authorized(req, res)) return;
+    if (!ready_ || draining_) {
+      res.set_header("Retry-After", "1");
+      return fail(res, 503, draining_ ? "the server is shutting down" : "the model is loading", nullptr,
+                  "server_error");
+    }
+    const json body = json::parse(req.body, nullptr, false);
+    if (body.is_discarded()) return fail(res, 400, "the body is not valid JSON");
+    completion_request cr;
+    if (const auto e = parse_completion_request(body, chat, cr))
+      return fail(res, e->status, e->message, e->param.empty() ? nullptr : e->param.c_str());
+    route* rt = find_route(cr.model, res);
+    if (!rt) return;
+    if (!rt->chat)
+      return fail(res, 400, "the model '" + rt->name + "' is an embedding model: use /v1/embeddings",
+                  "model");
+    std::string feature_name = req.get_header_value("X-Frugal-Feature");
+    if (feature_name.empty()) feature_name = cr.user;
+    frugal::cost::feature_id feature = default_feature_;
+    if (!feature_name.empty()) {
+      try {
+        feature = ledger_.feature(feature_name);
+      } catch (const std::invalid_argument& e) {
+        return fail(res, 400, std::string("'user' / X-Frugal-Feature: ") + e.what(), "user");
+      }
+    }
+    auto c = std::make_shared<llm_call>();
+    c->rt = rt;
+    c->feature = feature;
+    c->start = start;
+    c->chat = chat;
+    try {
+      c->lease = std::make_shared<pool_type::lease>(pool_->acquire(rt->name));
+    } catch (const std::exception& e) {
+      res.set_header("Retry-After", "1");
+      return fail(res, 503, std::string("the model cannot be served now: ") + e.what(), nullptr,
+                  "server_error");
+    }
+    c->engine = (*c->lease)->llm.get();
+    const llama::model& model = c->engine->model();
+    const auto& tok = model.tokenizer();
+    std::vector<frugal::kv_token> prompt;
+    const char* prompt_field = chat ? "messages" : "prompt";
+    try {
+      if (chat) {
+        for (const auto& seg : model.chat_template().render(cr.messages)) {
+          const auto part = tok.encode(seg.text, {.parse_special = !seg.is_content});
+          prompt.insert(prompt.end(), part.begin(), part.end());
+        }
+      } else {
+        prompt = tok.encode(cr.prompt, {.parse_special = false, .add_special = true});
+      }
+    } catch (const std::exception& e) {
+      return fail(res, 400, e.what(), prompt_field);
+    }
+    if (prompt.empty())
+      return fail(res, 400, std::string("'") + prompt_field + "' has no tokens", prompt_field);
+    const std::size_t context = c->engine->max_context();
+    if (prompt.size() >= context)
+      return fail(res, 400,
+                  "this model's maximum context length is " + std::to_string(context) + " tokens; the " +
+                      prompt_field + " take " + std::to_string(prompt.size()),
+                  prompt_field);
+    std::size_t max_tokens = std::min(rt->default_max_tokens, context - prompt.size());
+    if (cr.max_tokens) {
+      if (prompt.size() + *cr.max_tokens > context)
+        return fail(res, 400,
+                    "this model's maximum context length is " + std::to_string(context) +
+                        " tokens; you asked for " + std::to_string(prompt.size() + *cr.max_tokens) + " (" +
+                        std::to_string(prompt.size()) + " in the " + prompt_field + ", " +
+                        std::to_string(*cr.max_tokens) + " in the completion)",
+                    cr.max_tokens_field);
+      max_tokens = *cr.max_tokens;
+    }
+    c->prompt_tokens = prompt.size();
+    c->text.emplace(tok, cr.stop);
+    c->watch.emplace(req.remote_addr, req.remote_port, req.local_port);
+    c->st = std::make_shared<generation_state>();
+    frugal::generation_request gr;
+    gr.prompt = std::move(prompt);
+    gr.max_tokens = max_tokens;
+    gr.sampling = {.temperature = cr.temperature,
+                   .top_p = cr.top_p,
+                   .seed = cr.seed ? *cr.seed
+                                   : frugal::detail::splitmix64(
+                                         static_cast<std::uint64_t>(start.time_since_epoch().count()) ^
+                                         next_completion_id_.load())};
+    gr.on_token = [st = c->st](frugal::kv_token t) {
+      std::lock_guard g(st->m);
+      st->tokens.push_back(t);
+      st->cv.notify_all();
+    };
+    c->id = c->engine->submit(
+        std::move(gr),
+        [st = c->st](frugal::result<frugal::generation> g) noexcept {
+          std::lock_guard lk(st->m);
+          st->resolved = true;
+          if (g.has_value())
+            st->gen = std::move(*g);
+          else
+            st->error = g.error();
+          st->cv.notify_all();
+        },
+        feature.value);
+    // Refusals come at once, on this thread.
+    std::optional<frugal::scheduler_errc> refused;
+    {
+      std::lock_guard lk(c->st->m);
+      if (c->st->resolved && c->st->error) {
+        try {
+          std::rethrow_exception(c->st->error);
+        } catch (const frugal::scheduler_error& e) {
+          refused = e.code();
+        } catch (...) {
+        }
+      }
+    }
+    if (refused) {
+      c->engine->forget(c->id);
+      const auto latency = std::chrono::duration_cast<std::chrono::nanoseconds>(clock::now() - start);
+      if (*refused == frugal::scheduler_errc::too_long) {
+        ledger_.record_request(feature, latency, frugal::cost::outcome::rejected);
+        rt->outcome_rejected.fetch_add(1);
+        return fail(res, 400,
+                    "the prompt and " + std::to_string(max_tokens) +
+                        " completion tokens cannot fit this model's KV cache; ask for fewer",
+                    cr.max_tokens_field);
+      }
+      ledger_.record_request(feature, latency, frugal::cost::outcome::rejected);
+      rt->outcome_rejected.fetch_add(1);
+      res.set_header("Retry-After", "1");
+      if (*refused == frugal::scheduler_errc::queue_full)
+        return fail(res, 429, "the server is at capacity: retry later", nullptr, "rate_limit_error");
+      return fail(res, 503, "the model is shutting down", nullptr, "server_error");
+    }
+    accepted_.fetch_add(1);
+    c->response_id = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_completion_id_.fetch_add(1));
+    c->created =
+        std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
+            .count();
+    if (cr.stream) return stream(res, c, cr.include_usage);
+
+    std::string text;
+    drive(*c, [&](const std::string& piece) {
+      text += piece;
+      return true;
+    });
+    finish_call(*c);
+    if (c->disconnected) return fail(res, 503, "the client closed the connection", nullptr, "server_error");
+    if (!c->error.empty()) return fail(res, 500, "the model failed: " + c->error, nullptr, "server_error");
+    json choice = {{"index", 0}, {"finish_reason", c->finish_reason}, {"logprobs", nullptr}};
+    if (chat)
+      choice["message"] = {{"role", "assistant"}, {"content", text}};
+    else
+      choice["text"] = text;
+    res.set_content(json{{"id", c->response_id},
+                         {"object", chat ? "chat.completion" : "text_completion"},
+                         {"created", c->created},
+                         {"model", rt->name},
+                         {"choices", json::array({std::move(choice)})},
+                         {"usage", usage_json(*c)}}
+                        .dump(),
+                    "application/json");
+  }
+
+  // The Server-Sent Events of a streamed request: the role (chat), the text's deltas, the finish_reason,
+  // the usage when asked, then [DONE]. A model failure after the first event is an error event.
+  void stream(httplib::Response& res, const std::shared_ptr<llm_call>& call, bool include_usage) {
+    res.set_header("Cache-Control", "no-cache");
+    res.set_header("X-Accel-Buffering", "no");
+    res.set_chunked_content_provider(
+        "text/event-stream",
+        [this, call, include_usage](std::size_t, httplib::DataSink& sink) {
+          llm_call& c = *call;
+          const auto send = [&](const json& j) {
+            const std::string e = sse_event(j);
+            return sink.write(e.data(), e.size());
+          };
+          const auto chunk = [&](json choice) {
+            json j = {{"id", c.response_id},
+                      {"object", c.chat ? "chat.completion.chunk" : "text_completion"},
+                      {"created", c.created},
+                      {"model", c.rt->name},
+                      {"choices", json::array({std::move(choice)})}};
+            if (include_usage) j["usage"] = nullptr;
+            return j;
+          };
+          const auto delta = [&](const std::string& piece) {
+            return c.chat ? chunk({{"index", 0}, {"delta", {{"content", piece}}}, {"finish_reason", nullptr}})
+                          : chunk({{"index", 0}, {"text", piece}, {"finish_reason", nullptr}});
+          };
+          if (c.chat && !send(chunk({{"index", 0},
+                                     {"delta", {{"role", "assistant"}, {"content", ""}}},
+                                     {"finish_reason", nullptr}}))) {
+            c.disconnected = true;
+            cancel_and_wait(c);
+          } else {
+            drive(c, [&](const std::string& piece) { return send(delta(piece)); });
+          }
+          bool ok = !c.disconnected;
+          if (ok && !c.error.empty()) {
+            ok = send(json{{"error",
+                            {{"message", "the model failed: " + c.error},
+                             {"type", "server_error"},
+                             {"param", nullptr},
+                             {"code", nullptr}}}});
+          } else if (ok) {
+            ok = send(
+                c.chat ? chunk({{"index", 0}, {"delta", json::object()}, {"finish_reason", c.finish_reason}})
+                       : chunk({{"index", 0}, {"text", ""}, {"finish_reason", c.finish_reason}}));
+            if (ok && include_usage) {
+              json u = chunk(nullptr);
+              u["choices"] = json::array();
+              u["usage"] = usage_json(c);
+              ok = send(u);
+            }
+          }
+          if (ok) {
+            static constexpr std::string_view done = "data: [DONE]\n\n";
+            ok = sink.write(done.data(), done.size());
+          }
+          if (!ok) c.disconnected = true;
+          finish_call(c);
+          if (ok) sink.done();
+          return ok;
+        },
+        // Runs when the response goes, written or not: a client gone before the first event still has its
+        // sequence cancelled.
+        [this, call](bool) { finish_call(*call); });
+  }
+
+  // Each language model's scheduler and KV cache through the library's exporters (label model), the
+  // Gateway API Inference Extension's model-server gauges under the names its protocol documents (vLLM's:
+  // an InferencePool's endpoint picker reads them), and the requests by outcome and their tokens.
+  void llm_metrics(frugal::prometheus_writer& w) {
+    using type = frugal::prometheus_type;
+    w.family("frugal_llm_requests_total", type::counter,
+             "Chat and completion requests by outcome: ok, disconnected (the client left; its sequence was "
+             "cancelled), aborted (cut at shutdown), rejected (429/400 at submit), error.");
+    w.family("frugal_llm_tokens_total", type::counter,
+             "Tokens of answered chat and completion requests: prompt, cached (prompt tokens from the prefix "
+             "cache), completion.");
+    for (const auto& r : routes_) {
+      if (!r->chat) continue;
+      const std::pair<const char*, std::uint64_t> outcomes[] = {
+          {"ok", r->outcome_ok.load()},
+          {"disconnected", r->outcome_disconnected.load()},
+          {"aborted", r->outcome_aborted.load()},
+          {"rejected", r->outcome_rejected.load()},
+          {"error", r->outcome_error.load()}};
+      for (const auto& [o, n] : outcomes)
+        w.sample("frugal_llm_requests_total", {{"model", r->name}, {"outcome", o}}, n);
+      w.sample("frugal_llm_tokens_total", {{"model", r->name}, {"kind", "prompt"}}, r->prompt_tokens.load());
+      w.sample("frugal_llm_tokens_total", {{"model", r->name}, {"kind", "cached"}}, r->cached_tokens.load());
+      w.sample("frugal_llm_tokens_total", {{"model", r->name}, {"kind", "completion"}},
+               r->completion_tokens.load());
+    }
+    w.family("vllm:num_requests_waiting", type::gauge,
+             "Sequences waiting for admission (the Gateway API Inference Extension's TotalQueuedRequests).");
+    w.family("vllm:num_requests_running", type::gauge,
+             "Sequences admitted and running (the Gateway API Inference Extension's TotalRunningRequests).");
+    w.family("vllm:gpu_cache_usage_perc", type::gauge,
+             "KV cache blocks used by sequences over all blocks, 0..1 (the Gateway API Inference Extension's "
+             "KVCacheUtilization; the cache is in host memory here).");
+    std::lock_guard g(engines_m_);
+    for (const auto& [name, e] : engines_) {
+      const frugal::scheduler_stats ss = e->scheduler_stats();
+      const frugal::kv_cache_stats ks = e->kv_stats();
+      frugal::append_prometheus(w, ss, {.labels = {{"model", name}}});
+      frugal::append_prometheus(w, ks, {.labels = {{"model", name}}});
+      w.sample("vllm:num_requests_waiting", {{"model_name", name}}, ss.waiting);
+      w.sample("vllm:num_requests_running", {{"model_name", name}}, ss.running);
+      w.sample(
+          "vllm:gpu_cache_usage_perc", {{"model_name", name}},
+          ks.blocks_total ? static_cast<double>(ks.blocks_used) / static_cast<double>(ks.blocks_total) : 0.0);
+    }
   }
 
   options opt_;
@@ -725,6 +1289,8 @@ class app {
   using tier_type = frugal::redis_tier<std::vector<float>>;
   std::unique_ptr<tier_type> tier_;
 #endif
+  std::mutex engines_m_;  // before the pool, whose unload hook erases from engines_
+  std::map<std::string, llm_engine*, std::less<>> engines_;  // the loaded language models
   std::unique_ptr<pool_type> pool_;             // after the ledger it records in: destroyed before it
   std::vector<std::unique_ptr<route>> routes_;  // after the pool: workers stop before it goes
   std::map<std::string, route*, std::less<>> by_name_;
@@ -734,6 +1300,8 @@ class app {
   std::atomic<double> gpu_utilization_{0};
   std::atomic<bool> gpu_sampled_{false};
   std::atomic<std::uint64_t> accepted_{0}, answered_{0};
+  std::atomic<clock::rep> drain_deadline_{0};
+  std::atomic<std::uint64_t> next_completion_id_{1};
   std::jthread sampler_;
   std::unique_ptr<semantic_route> semantic_;  // last: destroyed first, it calls into the pool
 };

@@ -27,66 +27,19 @@
 #  include <thread>
 #  include <vector>
 
+#  include "child.hpp"
 #  include "test_util.hpp"
-
-extern char** environ;
 
 namespace {
 
-using job_test::slurp;
-using job_test::temp_dir;
-using clock_type = std::chrono::steady_clock;
-
-struct child {
-  pid_t pid = -1;
-  clock_type::time_point started;
-};
-
-child spawn(const std::vector<std::string>& args, const std::vector<std::string>& env,
-            const std::string& log) {
-  std::vector<char*> argv;
-  argv.push_back(const_cast<char*>(FRUGAL_BATCH_JOB));
-  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  std::vector<std::string> env_strings;
-  for (char** e = environ; *e; ++e)
-    if (std::string_view(*e).rfind("FRUGAL_JOB_", 0) != 0) env_strings.emplace_back(*e);
-  for (const auto& e : env) env_strings.push_back(e);
-  std::vector<char*> envp;
-  for (auto& e : env_strings) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-  posix_spawn_file_actions_adddup2(&fa, 1, 2);
-  child c;
-  c.started = clock_type::now();
-  const int rc = posix_spawn(&c.pid, FRUGAL_BATCH_JOB, &fa, nullptr, argv.data(), envp.data());
-  posix_spawn_file_actions_destroy(&fa);
-  REQUIRE(rc == 0);
-  return c;
-}
-
-// The wait status; a child still running after 30 s is killed and fails the test.
-int wait_for(const child& c) {
-  const auto limit = clock_type::now() + std::chrono::seconds(30);
-  for (;;) {
-    int status = 0;
-    const pid_t r = ::waitpid(c.pid, &status, WNOHANG);
-    REQUIRE(r >= 0);
-    if (r == c.pid) return status;
-    if (clock_type::now() > limit) {
-      ::kill(c.pid, SIGKILL);
-      ::waitpid(c.pid, &status, 0);
-      FAIL("the job did not finish within 30 s");
-    }
-    std::this_thread::sleep_for(std::chrono::microseconds(500));
-  }
-}
-
-int exit_status(int status) { return WIFEXITED(status) ? WEXITSTATUS(status) : -1; }
-
 using frugal_test::model_dir;
+using job_test::child;
+using job_test::clock_type;
+using job_test::exit_status;
+using job_test::slurp;
+using job_test::spawn;
+using job_test::temp_dir;
+using job_test::wait_for;
 
 // The input and its uninterrupted output, made once per model and shared by the tests.
 struct reference {

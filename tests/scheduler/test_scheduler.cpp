@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <stdexcept>
 #include <stop_token>
@@ -446,4 +447,36 @@ TEST_CASE("scheduler: top-p sampling picks as a sort-based nucleus does") {
     CAPTURE(trial);
     CHECK(frugal::sample_token(row, p, u) == static_cast<frugal::kv_token>(want));
   }
+}
+
+TEST_CASE(
+    "scheduler: greedy picks the scalar scan's token: the first of equal maxima, never a non-finite one") {
+  const auto scan = [](const std::vector<float>& row) -> std::optional<frugal::kv_token> {
+    std::size_t best = row.size();
+    for (std::size_t i = 0; i < row.size(); ++i)
+      if (std::isfinite(row[i]) && (best == row.size() || row[i] > row[best])) best = i;
+    if (best == row.size()) return std::nullopt;
+    return static_cast<frugal::kv_token>(best);
+  };
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> logit(-4, 4);
+  for (int trial = 0; trial < 2000; ++trial) {
+    std::vector<float> row(1 + rng() % 100);
+    for (auto& x : row) {
+      x = trial % 2 == 0 ? std::round(logit(rng)) : logit(rng);  // many ties in half the trials
+      const auto r = rng() % 40;
+      if (r == 0) x = inf;
+      if (r == 1) x = -inf;
+      if (r == 2) x = nan;
+    }
+    if (trial % 50 == 0) std::fill(row.begin(), row.end(), trial % 100 == 0 ? nan : -inf);
+    CAPTURE(trial);
+    CHECK(frugal::sample_token(row, {}, 0.0) == scan(row));
+  }
+  std::vector<float> big(49152, 1.0f);
+  big[49151] = big[40000] = 2.0f;
+  CHECK(frugal::sample_token(big, {}, 0.0) == 40000);
+  big[17] = 2.0f;
+  CHECK(frugal::sample_token(big, {}, 0.0) == 17);
 }

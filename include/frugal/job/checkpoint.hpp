@@ -17,6 +17,7 @@
 #  undef FRUGAL_JOB_UNDEF_XXH_STATIC
 #endif
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -26,6 +27,7 @@
 
 #include "frugal/job/errors.hpp"
 #include "frugal/job/io.hpp"
+#include "frugal/job/shard.hpp"
 #include "frugal/namespace.hpp"
 
 FRUGAL_BEGIN_NAMESPACE
@@ -36,6 +38,13 @@ struct input_identity {
   std::uint64_t size = 0;
   std::uint64_t hash = 0;
   friend bool operator==(const input_identity&, const input_identity&) = default;
+};
+
+/// @brief Which shard a checkpoint is for, and the bytes of the input that shard holds.
+struct shard_extent {
+  job::shard shard;
+  job::slice slice;
+  friend bool operator==(const shard_extent&, const shard_extent&) = default;
 };
 
 /// @brief How far a job got. Offsets are bytes: everything in the input before input_offset has its
@@ -51,6 +60,8 @@ struct checkpoint {
   std::uint64_t output_size = 0;
   std::uint64_t errors_size = 0;
   bool done = false;
+  /// A shard's checkpoint; nullopt for a job over the whole input. input_offset lies in its slice.
+  std::optional<shard_extent> extent{};
   friend bool operator==(const checkpoint&, const checkpoint&) = default;
 };
 
@@ -68,17 +79,24 @@ inline std::string hex64(std::uint64_t v) {
 }
 
 inline nlohmann::json checkpoint_body(const checkpoint& c) {
-  return {{"format", checkpoint_format},
-          {"job", c.job_name},
-          {"input_size", c.input.size},
-          {"input_hash", hex64(c.input.hash)},
-          {"input_offset", c.input_offset},
-          {"input_line", c.input_line},
-          {"records_done", c.records_done},
-          {"bad_records", c.bad_records},
-          {"output_size", c.output_size},
-          {"errors_size", c.errors_size},
-          {"done", c.done}};
+  nlohmann::json j = {{"format", checkpoint_format},
+                      {"job", c.job_name},
+                      {"input_size", c.input.size},
+                      {"input_hash", hex64(c.input.hash)},
+                      {"input_offset", c.input_offset},
+                      {"input_line", c.input_line},
+                      {"records_done", c.records_done},
+                      {"bad_records", c.bad_records},
+                      {"output_size", c.output_size},
+                      {"errors_size", c.errors_size},
+                      {"done", c.done}};
+  if (c.extent) {
+    j["shard_index"] = c.extent->shard.index;
+    j["shard_count"] = c.extent->shard.count;
+    j["slice_begin"] = c.extent->slice.begin;
+    j["slice_end"] = c.extent->slice.end;
+  }
+  return j;
 }
 
 inline std::uint64_t checksum_of(const nlohmann::json& body) {
@@ -104,6 +122,36 @@ inline input_identity identify_input(const std::string& path) {
   return {size, XXH3_64bits_digest(&state)};
 }
 
+namespace detail {
+
+// The identity of the file at `path`, which must be `size` bytes long, and the number of lines before byte
+// `begin` (a job shard's first line number, less one), in one read.
+inline input_identity identify_and_count(const std::string& path, std::uint64_t size, std::uint64_t begin,
+                                         std::uint64_t& lines_before) {
+  file f(path, O_RDONLY);
+  XXH3_state_t state;
+  XXH3_64bits_reset(&state);
+  std::uint64_t read = 0;
+  lines_before = 0;
+  static thread_local char buf[1 << 16];
+  for (;;) {
+    const std::size_t n = f.read_some(buf, sizeof buf);
+    if (n == 0) break;
+    XXH3_64bits_update(&state, buf, n);
+    if (read < begin) {
+      const auto upto = static_cast<std::size_t>(std::min<std::uint64_t>(n, begin - read));
+      for (std::size_t i = 0; i < upto; ++i) lines_before += buf[i] == '\n';
+    }
+    read += n;
+  }
+  if (read != size)
+    throw error(job_errc::io, "input " + path + " changed while the job read it (" + std::to_string(size) +
+                                  " bytes, then " + std::to_string(read) + ")");
+  return {read, XXH3_64bits_digest(&state)};
+}
+
+}  // namespace detail
+
 /// @brief The checkpoint as text: its fields and a checksum over them.
 inline std::string serialize_checkpoint(const checkpoint& c) {
   nlohmann::json j = detail::checkpoint_body(c);
@@ -124,24 +172,56 @@ inline checkpoint parse_checkpoint(const std::string& text, const std::string& p
   const std::string stored = j["checksum"].get<std::string>();
   j.erase("checksum");
   if (detail::hex64(detail::checksum_of(j)) != stored) throw corrupt("checksum mismatch");
-  if (j.value("format", "") != detail::checkpoint_format)
-    throw corrupt("unknown format \"" + j.value("format", "") + "\"");
+  const auto format = j.find("format");
+  if (format == j.end() || !format->is_string()) throw corrupt("no format string");
+  if (*format != detail::checkpoint_format)
+    throw corrupt("unknown format \"" + format->get<std::string>() + "\"");
+  // Counts are non-negative JSON integers: get<uint64_t> would wrap a negative one and cast a float past
+  // the range (undefined behaviour).
+  auto u64 = [&](const char* key) {
+    const auto it = j.find(key);
+    if (it == j.end()) throw corrupt(std::string("no \"") + key + "\"");
+    if (!it->is_number_unsigned())
+      throw corrupt(std::string("\"") + key + "\" is not a non-negative integer");
+    return it->get<std::uint64_t>();
+  };
   checkpoint c;
   try {
     c.job_name = j.at("job").get<std::string>();
-    c.input.size = j.at("input_size").get<std::uint64_t>();
-    c.input.hash = std::stoull(j.at("input_hash").get<std::string>(), nullptr, 16);
-    c.input_offset = j.at("input_offset").get<std::uint64_t>();
-    c.input_line = j.at("input_line").get<std::uint64_t>();
-    c.records_done = j.at("records_done").get<std::uint64_t>();
-    c.bad_records = j.at("bad_records").get<std::uint64_t>();
-    c.output_size = j.at("output_size").get<std::uint64_t>();
-    c.errors_size = j.at("errors_size").get<std::uint64_t>();
+    c.input.size = u64("input_size");
+    const std::string hash = j.at("input_hash").get<std::string>();
+    if (hash.size() != 16 || hash.find_first_not_of("0123456789abcdef") != std::string::npos)
+      throw corrupt("input_hash is not 16 hex digits");
+    c.input.hash = std::stoull(hash, nullptr, 16);
+    c.input_offset = u64("input_offset");
+    c.input_line = u64("input_line");
+    c.records_done = u64("records_done");
+    c.bad_records = u64("bad_records");
+    c.output_size = u64("output_size");
+    c.errors_size = u64("errors_size");
     c.done = j.at("done").get<bool>();
+    const int shard_fields = int(j.contains("shard_index")) + int(j.contains("shard_count")) +
+                             int(j.contains("slice_begin")) + int(j.contains("slice_end"));
+    if (shard_fields != 0 && shard_fields != 4)
+      throw corrupt("shard_index, shard_count, slice_begin and slice_end come all together or not at all");
+    if (shard_fields == 4) {
+      const auto index = u64("shard_index"), count = u64("shard_count");
+      if (count == 0 || count > UINT32_MAX || index >= count)
+        throw corrupt("shard_index not below shard_count");
+      c.extent =
+          shard_extent{{std::uint32_t(index), std::uint32_t(count)}, {u64("slice_begin"), u64("slice_end")}};
+    }
+  } catch (const error&) {
+    throw;
   } catch (const std::exception& e) {
     throw corrupt(std::string("bad field: ") + e.what());
   }
   if (c.input_offset > c.input.size) throw corrupt("input_offset beyond the input's size");
+  if (c.extent) {
+    const job::slice& r = c.extent->slice;
+    if (r.begin > r.end || r.end > c.input.size) throw corrupt("slice not within the input");
+    if (c.input_offset < r.begin || c.input_offset > r.end) throw corrupt("input_offset outside the slice");
+  }
   return c;
 }
 
@@ -170,7 +250,8 @@ inline std::optional<checkpoint> read_checkpoint(const std::string& dir) {
 
 /// @brief Throws job_errc::checkpoint_mismatch unless `c` is for this job and this input.
 inline void check_checkpoint_matches(const checkpoint& c, const std::string& job_name,
-                                     const input_identity& input, const std::string& dir) {
+                                     const input_identity& input, const std::string& dir,
+                                     const std::optional<shard_extent>& extent = std::nullopt) {
   const std::string where = "checkpoint " + dir + "/" + checkpoint_file_name;
   if (c.job_name != job_name)
     throw error(job_errc::checkpoint_mismatch, where + " belongs to job \"" + c.job_name + "\", not \"" +
@@ -180,6 +261,14 @@ inline void check_checkpoint_matches(const checkpoint& c, const std::string& job
                 where + " was written for another input (size " + std::to_string(c.input.size) + ", hash " +
                     detail::hex64(c.input.hash) + "; this input: size " + std::to_string(input.size) +
                     ", hash " + detail::hex64(input.hash) + "); refusing to reuse it");
+  auto describe = [](const std::optional<shard_extent>& e) {
+    return e ? to_string(e->shard) + " (bytes " + std::to_string(e->slice.begin) + " .. " +
+                   std::to_string(e->slice.end) + ")"
+             : std::string("the whole input");
+  };
+  if (c.extent != extent)
+    throw error(job_errc::checkpoint_mismatch, where + " was written for " + describe(c.extent) + ", not " +
+                                                   describe(extent) + "; refusing to reuse it");
 }
 
 }  // namespace job

@@ -16,6 +16,7 @@ enum class job_errc {
   bad_record,           ///< a malformed input record, with options.stop_on_bad_record
   batch_failed,         ///< the batch function threw or returned the wrong number of results
   invalid_options,
+  shard_incomplete,  ///< a merge found a shard missing, unfinished or shorter than its checkpoint
 };
 
 /// @brief A short name for the code, e.g. "checkpoint_corrupt".
@@ -33,6 +34,8 @@ inline constexpr const char* to_string(job_errc c) noexcept {
       return "batch_failed";
     case job_errc::invalid_options:
       return "invalid_options";
+    case job_errc::shard_incomplete:
+      return "shard_incomplete";
   }
   return "unknown";
 }

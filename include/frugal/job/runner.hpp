@@ -15,7 +15,9 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -39,9 +41,11 @@
 
 #include "frugal/batcher.hpp"
 #include "frugal/job/checkpoint.hpp"
+#include "frugal/job/detail/lock.hpp"
 #include "frugal/job/detail/process.hpp"
 #include "frugal/job/errors.hpp"
 #include "frugal/job/io.hpp"
+#include "frugal/job/shard.hpp"
 #include "frugal/namespace.hpp"
 
 FRUGAL_BEGIN_NAMESPACE
@@ -54,7 +58,8 @@ inline constexpr int exit_preempted = 75;
 inline constexpr int exit_io_error = 74;  ///< resumable once the cause (a full disk, say) is fixed
 
 /// @brief The exit code for an error: io 74, checkpoint_corrupt and checkpoint_mismatch 78 (EX_CONFIG),
-/// bad_record 65 (EX_DATAERR), batch_failed 70 (EX_SOFTWARE), invalid_options 64 (EX_USAGE).
+/// bad_record 65 (EX_DATAERR), batch_failed 70 (EX_SOFTWARE), invalid_options 64 (EX_USAGE),
+/// shard_incomplete 66 (EX_NOINPUT).
 inline constexpr int exit_code(job_errc e) noexcept {
   switch (e) {
     case job_errc::io:
@@ -68,6 +73,8 @@ inline constexpr int exit_code(job_errc e) noexcept {
       return 70;
     case job_errc::invalid_options:
       return 64;
+    case job_errc::shard_incomplete:
+      return 66;
   }
   return 1;
 }
@@ -98,6 +105,13 @@ struct options {
   std::uint64_t checkpoint_every_records = 1000;
   /// A checkpoint after the first batch that ends this long after the last one; 0: no time rule.
   std::chrono::nanoseconds checkpoint_every = std::chrono::seconds(30);
+  /// The slice of the input this run does (shard.hpp); {0, 1}: all of it. The checkpoint records it, and
+  /// a checkpoint of another shard or count is refused. Error lines carry the input's own line numbers.
+  job::shard shard{};
+  /// How often a run that finds checkpoint_dir locked by another live run (two pods on one index) tries
+  /// again. It waits, checkpointing nothing, until that run ends: then it resumes from its checkpoint, or,
+  /// if that run completed the job, returns completed at once. A stop request ends the wait (preempted).
+  std::chrono::nanoseconds lock_poll = std::chrono::milliseconds(100);
   /// Stop with job_errc::bad_record at the first malformed record instead of logging it and going on.
   bool stop_on_bad_record = false;
   /// After SIGTERM (or request_stop()), how long the in-flight batch may take. Past it, or at a second
@@ -128,6 +142,7 @@ struct stats {
   std::uint64_t batches = 0;      ///< this run
   std::uint64_t checkpoints = 0;  ///< this run
   bool resumed = false;
+  bool waited_for_lock = false;  ///< another run held checkpoint_dir's lock when this one started
   std::uint64_t resumed_at_record = 0;
   /// Results past the checkpoint that resume found and dropped: the work the last crash cost.
   std::uint64_t redone_records = 0;
@@ -152,6 +167,10 @@ class basic_runner {
     if (o_.input == o_.output || o_.input == o_.errors || o_.output == o_.errors)
       throw bad("input, output and errors must be different files");
     if (o_.batch_size == 0) throw bad("batch_size must be >= 1");
+    if (o_.shard.count == 0 || o_.shard.index >= o_.shard.count)
+      throw bad("shard.index (" + std::to_string(o_.shard.index) + ") must be below shard.count (" +
+                std::to_string(o_.shard.count) + ")");
+    if (o_.lock_poll.count() <= 0) throw bad("lock_poll must be > 0");
     if (o_.checkpoint_every.count() < 0 || o_.preemption_deadline.count() < 0)
       throw bad("checkpoint_every and preemption_deadline must not be negative");
     if (!fn_) throw bad("no batch function");
@@ -159,8 +178,9 @@ class basic_runner {
     fault_.pause_before_rename = o_.testing.pause_before_rename;
   }
 
-  /// @brief Runs (or resumes) the job, once per runner. Reads the whole input first to check its identity
-  /// against the checkpoint. Returns completed or preempted; throws job::error.
+  /// @brief Runs (or resumes) the job, once per runner. Takes checkpoint_dir's lock (waiting while another
+  /// run holds it), then reads the whole input to check its identity against the checkpoint. Returns
+  /// completed or preempted; throws job::error.
   run_result run() {
     if (ran_)
       throw error(job_errc::invalid_options, "run() called twice on one runner; make a new runner to resume");
@@ -168,17 +188,26 @@ class basic_runner {
     detail::signal_guard guard(o_.handle_signals);
     signal_base_ = detail::signal_count().load();
     detail::make_dir(o_.checkpoint_dir);
-    const input_identity id = identify_input(o_.input);
+    std::optional<detail::dir_lock> lock = take_lock();
+    if (!lock) return run_result::preempted;
+    const std::optional<shard_extent> extent = shard_of_input();
+    const job::slice slice = extent ? extent->slice : job::slice{0, input_size_};
+    std::uint64_t lines_before = 0;
+    const input_identity id = detail::identify_and_count(o_.input, input_size_, slice.begin, lines_before);
     const std::optional<checkpoint> cp = read_checkpoint(o_.checkpoint_dir);
     out_ = detail::file(o_.output, O_WRONLY | O_CREAT | O_APPEND);
     err_ = detail::file(o_.errors, O_WRONLY | O_CREAT | O_APPEND);
     if (cp) {
-      check_checkpoint_matches(*cp, o_.name, id, o_.checkpoint_dir);
+      check_checkpoint_matches(*cp, o_.name, id, o_.checkpoint_dir, extent);
       state_ = *cp;
       resume_files();
       if (cp->done) return run_result::completed;
     } else {
-      state_ = checkpoint{.job_name = o_.name, .input = id};
+      state_ = checkpoint{.job_name = o_.name,
+                          .input = id,
+                          .input_offset = slice.begin,
+                          .input_line = lines_before,
+                          .extent = extent};
       out_.truncate(0);
       err_.truncate(0);
     }
@@ -200,7 +229,7 @@ class basic_runner {
       if (stop_requested()) return stop(p.queue);
       collect();
       if (!eof && submitted_ - collected_ < max_in_flight) {
-        if (reader.next(line)) {
+        if (reader.offset < slice.end && reader.next(line)) {
           take(line, reader, p.queue);
         } else {
           eof = true;
@@ -259,6 +288,20 @@ class basic_runner {
       worker.join();
     }
   };
+
+  // checkpoint_dir's lock, or nullopt when a stop request came while another run held it.
+  std::optional<detail::dir_lock> take_lock() {
+    return detail::wait_for_lock(o_.checkpoint_dir + "/lock", o_.name, o_.lock_poll, [&] {
+      update([](job::stats& s) { s.waited_for_lock = true; });
+      return stop_requested();
+    });
+  }
+
+  std::optional<shard_extent> shard_of_input() {
+    input_size_ = detail::file(o_.input, O_RDONLY).size();
+    if (o_.shard.count == 1) return std::nullopt;
+    return shard_extent{o_.shard, slice_of(o_.input, input_size_, o_.shard)};
+  }
 
   int stop_count() const noexcept {
     return detail::signal_count().load(std::memory_order_relaxed) - signal_base_ +
@@ -536,6 +579,7 @@ class basic_runner {
   bool dirs_synced_ = false;
   bool out_dirty_ = true, err_dirty_ = true;  // true: a resume's truncation must reach the disk too
   bool ran_ = false;
+  std::uint64_t input_size_ = 0;
   int signal_base_ = 0;
   std::atomic<int> requested_{0};
   // Shared with the worker.

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <span>
 #include <vector>
@@ -21,6 +22,46 @@ inline std::uint64_t splitmix64(std::uint64_t x) noexcept {
   x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
   return x ^ (x >> 31);
 }
+// The lowest index of the largest finite value of v, or v.size() when none is finite. Sixteen lanes each
+// keep their largest value and its first index (strict >, so the first of equals), which compilers turn
+// into vector compares and blends; the lanes are merged by (value, lowest index). The result is the scalar
+// scan's, in any order of lanes. x - x == 0 is false exactly for infinities and NaN.
+inline std::size_t argmax_finite(std::span<const float> v) noexcept {
+  constexpr std::size_t L = 16;
+  const float none = -std::numeric_limits<float>::infinity();
+  float best[L];
+  std::uint32_t at[L];
+  for (std::size_t l = 0; l < L; ++l) {
+    best[l] = none;
+    at[l] = 0;
+  }
+  const std::size_t n = v.size(), body = n / L * L;
+  for (std::size_t i = 0; i < body; i += L)
+    for (std::size_t l = 0; l < L; ++l) {
+      const float x = v[i + l];
+      const bool gt = x - x == 0.0f && x > best[l];
+      best[l] = gt ? x : best[l];
+      at[l] = gt ? static_cast<std::uint32_t>(i + l) : at[l];
+    }
+  for (std::size_t i = body; i < n; ++i) {
+    const float x = v[i];
+    const std::size_t l = i - body;
+    if (x - x == 0.0f && x > best[l]) {
+      best[l] = x;
+      at[l] = static_cast<std::uint32_t>(i);
+    }
+  }
+  std::size_t r = n;
+  float top = none;
+  for (std::size_t l = 0; l < L; ++l) {
+    if (best[l] == none) continue;  // no finite value in this lane (-inf itself is not finite)
+    if (r == n || best[l] > top || (best[l] == top && at[l] < r)) {
+      top = best[l];
+      r = at[l];
+    }
+  }
+  return r;
+}
 }  // namespace detail
 
 /// @brief Draw n of a seed: uniform in [0, 1), a function of (seed, n) alone (counter-based, so a
@@ -35,9 +76,7 @@ inline double sampling_uniform(std::uint64_t seed, std::uint64_t n) noexcept {
 /// in one fixed order over the row, so equal rows give equal tokens.
 inline std::optional<kv_token> sample_token(std::span<const float> logits, const sampling_params& p,
                                             double u) {
-  std::size_t best = logits.size();
-  for (std::size_t i = 0; i < logits.size(); ++i)
-    if (std::isfinite(logits[i]) && (best == logits.size() || logits[i] > logits[best])) best = i;
+  const std::size_t best = detail::argmax_finite(logits);
   if (best == logits.size()) return std::nullopt;
   if (p.temperature <= 0) return static_cast<kv_token>(best);
   const double top = logits[best], inv_t = 1.0 / static_cast<double>(p.temperature);
