@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "../support/prometheus.hpp"
 #include "frugal/cache.hpp"
 #include "frugal/clock.hpp"
 #include "frugal/cost.hpp"
@@ -250,6 +251,12 @@ TEST_CASE(
   CHECK(st.hits == 2);
   CHECK(st.misses == 1);
   CHECK(st.uncacheable == 3);
+  const std::string text = frugal::to_prometheus(st);
+  CHECK(frugal_test::prom_value(text, "frugal_response_cache_lookups_total") == "3");
+  CHECK(frugal_test::prom_value(text, "frugal_response_cache_hits_total") == "2");
+  CHECK(frugal_test::prom_value(text, "frugal_response_cache_misses_total") == "1");
+  CHECK(frugal_test::prom_value(text, "frugal_response_cache_uncacheable_total") == "3");
+  FRUGAL_CHECK_PROMTOOL(text);
 
   // Steps of t = 100·p + 1000·d ns; two hits, each of 6 prompt tokens and 4 completion tokens (3 and the
   // stop token).
