@@ -1,6 +1,6 @@
 // Prints a ledger's Prometheus exposition, for `promtool check metrics`; the ledger is fed as the demo does,
-// with every kind of record, two features (one with a label value that needs escaping), two devices and
-// alerts.
+// with every kind of record (a decoder's tokens and step costs included), two features (one with a label
+// value that needs escaping), two devices and alerts.
 #include <chrono>
 #include <cstdio>
 
@@ -35,6 +35,18 @@ int main() {
                        i % 17 ? fc::outcome::ok : fc::outcome::error);
     if (i % 4 == 0) led.record_cache_hit(t);
     clock.advance(50ms);
+  }
+  for (int i = 0; i < 50; ++i) {
+    const fc::feature_id t = i % 3 ? chat : odd;
+    led.record_step_cost(std::uint64_t(i % 4 * 64), std::uint64_t(1 + i % 8),
+                         std::chrono::microseconds(800 + i % 4 * 900 + (1 + i % 8) * 300));
+    led.record_generation({.feature = t,
+                           .prompt_tokens = 200,
+                           .cached_prompt_tokens = std::uint64_t(i % 4 * 32),
+                           .generated_tokens = 40,
+                           .time_to_first_token = std::chrono::milliseconds(20 + i)});
+    led.record_inter_token_latency(t, std::chrono::milliseconds(15 + i % 5));
+    if (i % 5 == 0) led.record_response_hit(t, 200, 40);
   }
   led.record_queue_depth(95, 100);
   const std::string text = fc::to_prometheus(led.snapshot());

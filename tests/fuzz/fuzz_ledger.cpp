@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -71,6 +72,7 @@ void expect(bool bad, const char* what, F&& f) {
 // Counters that must never go down between snapshots.
 struct counters {
   std::uint64_t requests = 0, batches = 0, items = 0, hits = 0, remote_hits = 0, loads = 0, preemptions = 0;
+  std::uint64_t generations = 0, prompt_tokens = 0, generated_tokens = 0, steps = 0, response_hits = 0;
   std::uint64_t latency_sum = 0;  // saturates at UINT64_MAX (corrected series of long latencies)
   std::int64_t busy = 0, saved = 0, load = 0;
 };
@@ -82,6 +84,11 @@ counters read(const fc::ledger_snapshot& s) {
   c.items = s.total.batched_items;
   c.hits = s.total.cache_hits;
   c.remote_hits = s.total.remote_hits;
+  c.generations = s.total.generations;
+  c.prompt_tokens = s.total.prompt_tokens;
+  c.generated_tokens = s.total.generated_tokens;
+  c.steps = s.step_costs.steps;
+  c.response_hits = s.total.response_hits;
   c.busy = s.total.busy.count();
   c.latency_sum = s.total.latency_histogram.sum;
   c.saved = s.total.cache_saved_time.count();
@@ -102,6 +109,11 @@ void check_monotone(const counters& a, const counters& b) {
   le(a.items, b.items, "batched items went down");
   le(a.hits, b.hits, "cache hits went down");
   le(a.remote_hits, b.remote_hits, "remote hits went down");
+  le(a.generations, b.generations, "generations went down");
+  le(a.prompt_tokens, b.prompt_tokens, "prompt tokens went down");
+  le(a.generated_tokens, b.generated_tokens, "generated tokens went down");
+  le(a.steps, b.steps, "steps went down");
+  le(a.response_hits, b.response_hits, "response hits went down");
   le(a.loads, b.loads, "model loads went down");
   le(a.preemptions, b.preemptions, "preemptions went down");
   le(a.busy, b.busy, "busy time went down");
@@ -169,7 +181,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   };
   fc::ledger<frugal::manual_clock> ledger(std::move(o), clock);
   const fc::feature_id features[] = {ledger.feature("chat"), ledger.feature("search")};
-  std::uint64_t want_requests = 0, want_batches = 0, want_loads = 0, want_escalations = 0;
+  std::uint64_t want_requests = 0, want_batches = 0, want_loads = 0, want_escalations = 0,
+                want_generations = 0, want_steps = 0;
   saved_figures saved;
   counters last = read(ledger.snapshot());
 
@@ -177,7 +190,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const fc::feature_id feature = features[fdp.ConsumeIntegralInRange<int>(0, 1)];
     const std::size_t device = fdp.ConsumeIntegralInRange<std::size_t>(0, 2);  // 2 is no device
     const bool bad_device = device >= 2;
-    switch (fdp.ConsumeIntegralInRange<int>(0, 9)) {
+    switch (fdp.ConsumeIntegralInRange<int>(0, 10)) {
       case 0: {
         const fc::batch_record b{.feature = feature,
                                  .device = device,
@@ -265,6 +278,50 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         clock.advance(std::chrono::nanoseconds(std::min(jump, room)));
         break;
       }
+      case 9: {
+        // A decoder's records: tokens, token latencies, response hits and step costs.
+        const auto d = duration(fdp);
+        switch (fdp.ConsumeIntegralInRange<int>(0, 4)) {
+          case 0: {
+            const fc::generation_record g{
+                .feature = feature,
+                .prompt_tokens = fdp.ConsumeIntegral<std::uint64_t>(),
+                .cached_prompt_tokens = fdp.ConsumeIntegral<std::uint64_t>(),
+                .generated_tokens = fdp.ConsumeIntegral<std::uint64_t>(),
+                .time_to_first_token =
+                    fdp.ConsumeBool() ? std::optional<std::chrono::nanoseconds>(d) : std::nullopt};
+            const bool bad =
+                g.cached_prompt_tokens > g.prompt_tokens || (g.time_to_first_token && !in_range(d));
+            expect(bad, "record_generation", [&] { ledger.record_generation(g); });
+            want_generations += !bad;
+            break;
+          }
+          case 1: {
+            const std::uint64_t p = fdp.ConsumeBool() ? fdp.ConsumeIntegralInRange<std::uint64_t>(0, 4096)
+                                                      : fdp.ConsumeIntegral<std::uint64_t>();
+            const std::uint64_t n = fdp.ConsumeBool() ? fdp.ConsumeIntegralInRange<std::uint64_t>(0, 256)
+                                                      : fdp.ConsumeIntegral<std::uint64_t>();
+            const bool bad = (p == 0 && n == 0) || !in_range(d);
+            expect(bad, "record_step_cost", [&] { ledger.record_step_cost(p, n, d); });
+            want_steps += !bad;
+            break;
+          }
+          case 2:
+            expect(!in_range(d), "record_time_to_first_token",
+                   [&] { ledger.record_time_to_first_token(feature, d); });
+            break;
+          case 3:
+            expect(!in_range(d), "record_inter_token_latency",
+                   [&] { ledger.record_inter_token_latency(feature, d); });
+            break;
+          default:
+            ledger.record_response_hit(feature, fdp.ConsumeIntegral<std::uint64_t>(),
+                                       fdp.ConsumeIntegral<std::uint64_t>());
+            // Priced at the step costs, which the next steps may change.
+            saved.estimated = true;
+        }
+        break;
+      }
       default: {
         const fc::ledger_snapshot s = checked_snapshot(ledger);
         const counters now = read(s);
@@ -288,6 +345,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (s.total.escalations != want_escalations)
     fail("escalations counted", static_cast<long long>(s.total.escalations),
          static_cast<long long>(want_escalations));
+  if (now.generations != want_generations)
+    fail("generations counted", static_cast<long long>(now.generations),
+         static_cast<long long>(want_generations));
+  if (now.steps != want_steps)
+    fail("steps counted", static_cast<long long>(now.steps), static_cast<long long>(want_steps));
   check_exports(s);
   return 0;
 }

@@ -15,7 +15,7 @@ seconds=$2
 shift 2
 here=$(cd "$(dirname "$0")" && pwd)
 harnesses=("$@")
-[[ ${#harnesses[@]} -eq 0 ]] && harnesses=(quant quant_gemm money cache batcher config safetensors key ledger gguf policy advisors observers kv scheduler checkpoint)
+[[ ${#harnesses[@]} -eq 0 ]] && harnesses=(quant quant_gemm money cache batcher config safetensors key ledger gguf policy advisors observers kv scheduler checkpoint response)
 jobs=${FUZZ_JOBS:-2}
 # Every harness has committed seeds (git keeps no empty folder, so a harness without any would find
 # its seed folder missing on a fresh clone and libFuzzer would exit at once): say so before building.

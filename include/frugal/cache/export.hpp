@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "frugal/cache/basic_cache.hpp"
+#include "frugal/cache/response.hpp"
 #include "frugal/namespace.hpp"
 #include "frugal/prometheus.hpp"
 
@@ -46,6 +47,26 @@ inline void append_prometheus(prometheus_writer& out, const cache_stats& s,
 
 /// @brief A cache's Prometheus text alone (see append_prometheus).
 inline std::string to_prometheus(const cache_stats& s, const prometheus_options& opts = {}) {
+  prometheus_writer w;
+  append_prometheus(w, s, opts);
+  return w.str();
+}
+
+/// @brief A response cache's stats in Prometheus text: lookups, hits, misses and uncacheable requests as
+/// counters, under the prefix "frugal_response_cache" by default (its store exports its own figures).
+inline void append_prometheus(prometheus_writer& out, const response_cache_stats& s,
+                              const prometheus_options& opts = {}) {
+  using T = prometheus_type;
+  detail::prom_scope w(out, opts, "frugal_response_cache");
+  w.one("_lookups_total", T::counter, "Cacheable requests looked up.", s.lookups);
+  w.one("_hits_total", T::counter, "Completions served from the store: no model step.", s.hits);
+  w.one("_misses_total", T::counter, "Cacheable requests the store did not have.", s.misses);
+  w.one("_uncacheable_total", T::counter, "Requests sampled without a seed, sent to the model uncached.",
+        s.uncacheable);
+}
+
+/// @brief A response cache's Prometheus text alone (see append_prometheus).
+inline std::string to_prometheus(const response_cache_stats& s, const prometheus_options& opts = {}) {
   prometheus_writer w;
   append_prometheus(w, s, opts);
   return w.str();

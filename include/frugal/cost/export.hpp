@@ -170,6 +170,65 @@ inline void append_prometheus(prometheus_writer& out, const ledger_snapshot& s,
   for (const auto& t : s.features)
     detail::prom_latency_histogram(w, "_request_duration_seconds", feature(t), t.latency_histogram);
 
+  w.family("_generations_total", prometheus_type::counter,
+           "Generations that reached the model (decoder requests), by feature.");
+  for (const auto& t : s.features) w.sample("_generations_total", feature(t), std::to_string(t.generations));
+  w.family("_prompt_tokens_total", prometheus_type::counter,
+           "Prompt tokens of the generations, by feature and by where they came from: computed (prefill) or "
+           "the prefix cache.");
+  for (const auto& t : s.features) {
+    w.sample("_prompt_tokens_total", {{"feature", t.name}, {"source", "computed"}},
+             std::to_string(t.prompt_tokens - std::min(t.prompt_tokens, t.cached_prompt_tokens)));
+    w.sample("_prompt_tokens_total", {{"feature", t.name}, {"source", "prefix_cache"}},
+             std::to_string(t.cached_prompt_tokens));
+  }
+  w.family("_generated_tokens_total", prometheus_type::counter, "Generated tokens, by feature.");
+  for (const auto& t : s.features)
+    w.sample("_generated_tokens_total", feature(t), std::to_string(t.generated_tokens));
+  w.family("_input_cost_per_million_tokens_" + cur, prometheus_type::gauge,
+           "The feature's cost's prefill share per 1M prompt tokens, by feature.");
+  for (const auto& t : s.features)
+    w.sample("_input_cost_per_million_tokens_" + cur, feature(t), t.cost_per_million_input.to_decimal());
+  w.family("_output_cost_per_million_tokens_" + cur, prometheus_type::gauge,
+           "The feature's cost's decode share per 1M generated tokens, by feature.");
+  for (const auto& t : s.features)
+    w.sample("_output_cost_per_million_tokens_" + cur, feature(t), t.cost_per_million_output.to_decimal());
+  w.family("_prefix_cache_saved_seconds", prometheus_type::gauge,
+           "Prefill time the prefix cache saved, at the measured cost of a prefill token, by feature.");
+  for (const auto& t : s.features)
+    w.sample("_prefix_cache_saved_seconds", feature(t), seconds(t.prefix_saved_time));
+  w.family("_prefix_cache_saved_" + cur, prometheus_type::gauge, "Money the prefix cache saved, by feature.");
+  for (const auto& t : s.features)
+    w.sample("_prefix_cache_saved_" + cur, feature(t), t.prefix_saved.to_decimal());
+  w.family("_response_cache_hits_total", prometheus_type::counter,
+           "Completions served whole by the response cache, by feature.");
+  for (const auto& t : s.features)
+    w.sample("_response_cache_hits_total", feature(t), std::to_string(t.response_hits));
+  w.family("_response_cache_saved_seconds", prometheus_type::gauge,
+           "Model time the response cache saved, at the measured cost of its tokens, by feature.");
+  for (const auto& t : s.features)
+    w.sample("_response_cache_saved_seconds", feature(t), seconds(t.response_saved_time));
+  w.family("_response_cache_saved_" + cur, prometheus_type::gauge,
+           "Money the response cache saved, by feature.");
+  for (const auto& t : s.features)
+    w.sample("_response_cache_saved_" + cur, feature(t), t.response_saved.to_decimal());
+  w.family("_time_to_first_token_seconds", prometheus_type::histogram,
+           "Time to first token (TTFT), by feature.");
+  for (const auto& t : s.features)
+    detail::prom_latency_histogram(w, "_time_to_first_token_seconds", feature(t),
+                                   t.time_to_first_token_histogram);
+  w.family("_inter_token_latency_seconds", prometheus_type::histogram,
+           "Time between two tokens of one sequence, by feature.");
+  for (const auto& t : s.features)
+    detail::prom_latency_histogram(w, "_inter_token_latency_seconds", feature(t),
+                                   t.inter_token_latency_histogram);
+  w.family("_steps_total", prometheus_type::counter, "Model steps measured with record_step_cost.");
+  w.sample("_steps_total", {}, std::to_string(s.step_costs.steps));
+  w.family("_step_token_seconds", prometheus_type::gauge,
+           "The measured busy time of one token, by phase (prefill, decode).");
+  w.sample("_step_token_seconds", {{"phase", "prefill"}}, num(s.step_costs.prefill_token_ns / 1e9));
+  w.sample("_step_token_seconds", {{"phase", "decode"}}, num(s.step_costs.decode_token_ns / 1e9));
+
   w.family("_gpu_hourly_cost_" + cur, prometheus_type::gauge,
            "Price of one GPU-hour, by device (as node_gpu_hourly_cost).");
   for (const auto& d : s.devices) {
@@ -240,7 +299,12 @@ inline std::string to_prometheus(const ledger_snapshot& s, const prometheus_opti
 /// cache_saved_seconds, cache_saved, semantic_hits, semantic_saved_seconds, semantic_saved, escalations,
 /// escalation_rate, cascade_saved_seconds, cascade_saved,
 /// batch_model{valid,a_seconds,b_seconds}, batching_saved_seconds,
-/// batching_saved, latency_seconds{p50,p90,p99, p999}), devices[] (name, gpu_class, billing, hourly_price,
+/// batching_saved, latency_seconds{p50,p90,p99, p999}, generations, prompt_tokens, cached_prompt_tokens,
+/// generated_tokens, cost_per_million_input, cost_per_million_output, prefix_saved_seconds, prefix_saved,
+/// response_hits, response_saved_seconds, response_saved, time_to_first_token_seconds{...},
+/// inter_token_latency_seconds{...}), step_costs{steps, prefill_tokens, decode_tokens, busy_seconds,
+/// fitted, fixed_seconds, prefill_marginal_seconds, decode_marginal_seconds, prefill_token_seconds,
+/// decode_token_seconds}, devices[] (name, gpu_class, billing, hourly_price,
 /// busy_seconds, load_seconds, idle_seconds, utilization, paid, busy_cost, overhead_cost, idle_cost,
 /// model_loads, model_unloads, preemptions, redone_records, redone_seconds,
 /// redone_cost, memory_fraction), queue{depth,limit} or null, alerts[] (check, subject, value,
@@ -250,6 +314,10 @@ inline std::string to_json(const ledger_snapshot& s) {
   using detail::num;
   auto m = [](money v) { return json_escape(v.to_decimal()); };
   auto sec = [](std::chrono::nanoseconds d) { return detail::seconds(d); };
+  auto pct = [&](const latency_percentiles& p) {
+    return "{\"p50\":" + sec(p.p50) + ",\"p90\":" + sec(p.p90) + ",\"p99\":" + sec(p.p99) +
+           ",\"p999\":" + sec(p.p999) + "}";
+  };
   auto feature = [&](const feature_figures& t) {
     std::string o = "{\"name\":" + json_escape(t.name) + ",\"requests\":" + std::to_string(t.requests) +
                     ",\"outcomes\":{";
@@ -283,9 +351,19 @@ inline std::string to_json(const ledger_snapshot& s) {
          ",\"a_seconds\":" + detail::json_num(t.model.a_ns / 1e9) +
          ",\"b_seconds\":" + detail::json_num(t.model.b_ns / 1e9) +
          "},\"batching_saved_seconds\":" + sec(t.batching_saved_time) +
-         ",\"batching_saved\":" + m(t.batching_saved) +
-         ",\"latency_seconds\":{\"p50\":" + sec(t.latency.p50) + ",\"p90\":" + sec(t.latency.p90) +
-         ",\"p99\":" + sec(t.latency.p99) + ",\"p999\":" + sec(t.latency.p999) + "}}";
+         ",\"batching_saved\":" + m(t.batching_saved) + ",\"latency_seconds\":" + pct(t.latency) +
+         ",\"generations\":" + std::to_string(t.generations) +
+         ",\"prompt_tokens\":" + std::to_string(t.prompt_tokens) +
+         ",\"cached_prompt_tokens\":" + std::to_string(t.cached_prompt_tokens) +
+         ",\"generated_tokens\":" + std::to_string(t.generated_tokens) +
+         ",\"cost_per_million_input\":" + m(t.cost_per_million_input) +
+         ",\"cost_per_million_output\":" + m(t.cost_per_million_output) +
+         ",\"prefix_saved_seconds\":" + sec(t.prefix_saved_time) + ",\"prefix_saved\":" + m(t.prefix_saved) +
+         ",\"response_hits\":" + std::to_string(t.response_hits) +
+         ",\"response_saved_seconds\":" + sec(t.response_saved_time) +
+         ",\"response_saved\":" + m(t.response_saved) +
+         ",\"time_to_first_token_seconds\":" + pct(t.time_to_first_token) +
+         ",\"inter_token_latency_seconds\":" + pct(t.inter_token_latency) + "}";
     return o;
   };
   static constexpr const char* sharing[] = {"none", "by_busy", "uniform"};
@@ -321,6 +399,16 @@ inline std::string to_json(const ledger_snapshot& s) {
   o += s.queue ? "{\"depth\":" + std::to_string(s.queue->first) +
                      ",\"limit\":" + std::to_string(s.queue->second) + "}"
                : std::string("null");
+  const step_cost_model& sc = s.step_costs;
+  o += ",\"step_costs\":{\"steps\":" + std::to_string(sc.steps) +
+       ",\"prefill_tokens\":" + std::to_string(sc.prefill_tokens) +
+       ",\"decode_tokens\":" + std::to_string(sc.decode_tokens) + ",\"busy_seconds\":" + sec(sc.busy) +
+       ",\"fitted\":" + (sc.fitted ? "true" : "false") +
+       ",\"fixed_seconds\":" + detail::json_num(sc.fixed_ns / 1e9) +
+       ",\"prefill_marginal_seconds\":" + detail::json_num(sc.prefill_marginal_ns / 1e9) +
+       ",\"decode_marginal_seconds\":" + detail::json_num(sc.decode_marginal_ns / 1e9) +
+       ",\"prefill_token_seconds\":" + detail::json_num(sc.prefill_token_ns / 1e9) +
+       ",\"decode_token_seconds\":" + detail::json_num(sc.decode_token_ns / 1e9) + "}";
   o += ",\"alerts\":[";
   for (std::size_t i = 0; i < s.alerts.size(); ++i) {
     const alert& a = s.alerts[i];

@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "frugal/cost/detail/stripe.hpp"
 #include "frugal/cost/histogram.hpp"
 #include "frugal/cost/money.hpp"
 #include "frugal/cost/snapshot.hpp"
@@ -62,75 +63,16 @@ struct batch_record {
   std::uint64_t tokens_out = 0;
 };
 
-namespace detail {
-
-// Counters saturate instead of wrapping: a Prometheus counter must never go down.
-inline constexpr std::uint64_t add_sat(std::uint64_t a, std::uint64_t b) noexcept {
-  return b > UINT64_MAX - a ? UINT64_MAX : a + b;
-}
-inline constexpr std::uint64_t mul_sat(std::uint64_t a, std::uint64_t b) noexcept {
-  return a != 0 && b > UINT64_MAX / a ? UINT64_MAX : a * b;
-}
-
-// Names become Prometheus label values and JSON strings, which must be valid UTF-8 without control
-// characters.
-inline bool printable_utf8(std::string_view s) noexcept {
-  for (std::size_t i = 0; i < s.size();) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    if (c < 0x20 || c == 0x7f) return false;
-    if (c < 0x80) {
-      ++i;
-      continue;
-    }
-    std::size_t n;
-    std::uint32_t cp;
-    if ((c & 0xe0) == 0xc0)
-      n = 1, cp = c & 0x1fu;
-    else if ((c & 0xf0) == 0xe0)
-      n = 2, cp = c & 0x0fu;
-    else if ((c & 0xf8) == 0xf0)
-      n = 3, cp = c & 0x07u;
-    else
-      return false;
-    if (i + n >= s.size()) return false;
-    for (std::size_t k = 1; k <= n; ++k) {
-      const auto d = static_cast<unsigned char>(s[i + k]);
-      if ((d & 0xc0) != 0x80) return false;
-      cp = (cp << 6) | (d & 0x3fu);
-    }
-    static constexpr std::uint32_t least[] = {0, 0x80, 0x800, 0x10000};
-    if (cp < least[n] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return false;
-    i += n + 1;
-  }
-  return true;
-}
-
-struct stripe {
-  explicit stripe(std::size_t n) : c(std::make_unique<std::atomic<std::uint64_t>[]>(n + 16)) {}
-  // One writer (the owning thread) per stripe: a load and a store, no read-modify-write, keep recording
-  // cheap; they are atomic so that snapshot() may read while it runs. The 16 spare slots keep the next
-  // stripe's allocation off this one's last cache line.
-  void add(std::size_t i, std::uint64_t v) noexcept {
-    auto& a = c[i];
-    a.store(add_sat(a.load(std::memory_order_relaxed), v), std::memory_order_relaxed);
-  }
-  std::unique_ptr<std::atomic<std::uint64_t>[]> c;
+/// @brief One generation (a decoder's request that reached the model): its tokens, by the caller that ran
+/// it (e.g. from frugal::generation: prompt_tokens, cached_tokens, tokens.size() plus a stop token).
+struct generation_record {
+  feature_id feature;
+  std::uint64_t prompt_tokens = 0;
+  std::uint64_t cached_prompt_tokens = 0;  ///< of prompt_tokens, served from the prefix cache
+  std::uint64_t generated_tokens = 0;
+  /// Recorded into the TTFT histogram when set (or call record_time_to_first_token when it happens).
+  std::optional<std::chrono::nanoseconds> time_to_first_token{};
 };
-
-// A thread's stripes for the last few ledgers it recorded into, so that a loop feeding two or three ledgers
-// does not take the mutex on every record.
-struct stripe_cache {
-  static constexpr std::size_t ways = 4;
-  std::uint64_t ledger[ways] = {};
-  stripe* s[ways] = {};
-  std::size_t next = 0;
-};
-inline thread_local stripe_cache tl_stripe;
-inline std::atomic<std::uint64_t> serial_source{1};
-// A thread's serial is never reused, unlike std::thread::id, so a stripe never has two writers.
-inline thread_local const std::uint64_t thread_serial = serial_source.fetch_add(1, std::memory_order_relaxed);
-
-}  // namespace detail
 
 /// @brief A thread-safe record of GPU time and requests per feature, fed by the user's inference loop,
 /// that says what each feature costs, what idle GPU-hours cost, and what batching and caching saved.
@@ -206,7 +148,8 @@ class ledger {
     cfg->cur = *cur;
     config_ = std::move(cfg);
     stride_ = detail::f_fixed_count + options_.devices.size();
-    counters_ = options_.max_features * stride_ + options_.devices.size() * detail::d_field_count;
+    counters_ = options_.max_features * stride_ + options_.devices.size() * detail::d_field_count +
+                detail::s_field_count;
     features_ = std::make_unique<feature_slot[]>(options_.max_features);
     devices_.resize(options_.devices.size());
     start_ = clock_.now();
@@ -366,6 +309,75 @@ class ledger {
     s.add(tier.value * stride_ + detail::f_cascade_spent, static_cast<std::uint64_t>(spent.count()));
   }
 
+  /// @brief Records a generation's tokens (and its TTFT, when set); the caller records its request (latency,
+  /// outcome) and the steps' busy time apart.
+  void record_generation(const generation_record& g) {
+    check_feature(g.feature, "record_generation");
+    if (g.cached_prompt_tokens > g.prompt_tokens)
+      throw std::invalid_argument("frugal::cost::ledger::record_generation: cached_prompt_tokens = " +
+                                  std::to_string(g.cached_prompt_tokens) +
+                                  " is over prompt_tokens = " + std::to_string(g.prompt_tokens));
+    if (g.time_to_first_token)
+      check_duration(*g.time_to_first_token, "record_generation", "time_to_first_token");
+    detail::stripe& s = local_stripe();
+    const std::size_t base = g.feature.value * stride_;
+    s.add(base + detail::f_generations, 1);
+    s.add(base + detail::f_prompt_tokens, g.prompt_tokens);
+    s.add(base + detail::f_cached_prompt_tokens, g.cached_prompt_tokens);
+    s.add(base + detail::f_generated_tokens, g.generated_tokens);
+    if (g.time_to_first_token)
+      token_histogram(g.feature, &feature_slot::ttft)
+          .record(static_cast<std::uint64_t>(g.time_to_first_token->count()));
+  }
+  /// @brief Records a time to first token (from the request's submit to its first generated token).
+  void record_time_to_first_token(feature_id feature, std::chrono::nanoseconds ttft) {
+    check_feature(feature, "record_time_to_first_token");
+    check_duration(ttft, "record_time_to_first_token", "ttft");
+    token_histogram(feature, &feature_slot::ttft).record(static_cast<std::uint64_t>(ttft.count()));
+  }
+  /// @brief Records an inter-token latency (the time between two tokens of one sequence).
+  void record_inter_token_latency(feature_id feature, std::chrono::nanoseconds latency) {
+    check_feature(feature, "record_inter_token_latency");
+    check_duration(latency, "record_inter_token_latency", "latency");
+    token_histogram(feature, &feature_slot::itl).record(static_cast<std::uint64_t>(latency.count()));
+  }
+  /// @brief Records a response cache hit: a whole completion served without a model step. It is a cache
+  /// hit; what it saved is priced at snapshot() from the measured cost of `prompt_tokens` prefill tokens
+  /// and `generated_tokens` decode tokens (record_step_cost).
+  void record_response_hit(feature_id feature, std::uint64_t prompt_tokens, std::uint64_t generated_tokens) {
+    check_feature(feature, "record_response_hit");
+    detail::stripe& s = local_stripe();
+    const std::size_t base = feature.value * stride_;
+    s.add(base + detail::f_response_hits, 1);
+    s.add(base + detail::f_response_prompt_tokens, prompt_tokens);
+    s.add(base + detail::f_response_generated_tokens, generated_tokens);
+  }
+  /// @brief Records the measured time of one model step that ran `prefill_tokens` prompt tokens and
+  /// `decode_tokens` decode tokens (one per decoding sequence), from the caller's own timing of the step.
+  /// These measurements price a prefill and a decode token (step_cost_model): what the caches saved and
+  /// the cost per 1M tokens. They are not busy time: book that with record_batch, by feature.
+  void record_step_cost(std::uint64_t prefill_tokens, std::uint64_t decode_tokens,
+                        std::chrono::nanoseconds duration) {
+    check_duration(duration, "record_step_cost", "duration");
+    if (prefill_tokens == 0 && decode_tokens == 0)
+      throw std::invalid_argument(
+          "frugal::cost::ledger::record_step_cost: a step must run at least one token");
+    detail::stripe& s = local_stripe();
+    const std::size_t base =
+        options_.max_features * stride_ + options_.devices.size() * detail::d_field_count;
+    const std::uint64_t p = prefill_tokens, d = decode_tokens,
+                        t = static_cast<std::uint64_t>(duration.count());
+    s.add(base + detail::s_steps, 1);
+    s.add(base + detail::s_p, p);
+    s.add(base + detail::s_d, d);
+    s.add(base + detail::s_t, t);
+    s.add(base + detail::s_pp, detail::mul_sat(p, p));
+    s.add(base + detail::s_dd, detail::mul_sat(d, d));
+    s.add(base + detail::s_pd, detail::mul_sat(p, d));
+    s.add(base + detail::s_pt, detail::mul_sat(p, t));
+    s.add(base + detail::s_dt, detail::mul_sat(d, t));
+  }
+
   /// @brief Records a model load on a device that took `duration` (overhead: paid, not serving).
   void record_model_load(std::size_t device, std::chrono::nanoseconds duration) {
     check_device(device, "record_model_load");
@@ -441,12 +453,18 @@ class ledger {
                               sum.begin() + static_cast<std::ptrdiff_t>((t + 1) * stride_));
       r.hist = features_[t].hist->snapshot();
       r.hist.sum = r.c[detail::f_latency_sum];
+      if (const log_linear_histogram* h = features_[t].ttft.load(std::memory_order_acquire))
+        r.ttft = h->snapshot();
+      if (const log_linear_histogram* h = features_[t].itl.load(std::memory_order_acquire))
+        r.itl = h->snapshot();
     }
     raw.devices = devices_;
     for (std::size_t d = 0; d < nd; ++d)
       for (std::size_t f = 0; f < detail::d_field_count; ++f)
         raw.devices[d].c[f] = sum[options_.max_features * stride_ + d * detail::d_field_count + f];
     raw.queue = queue_;
+    const std::size_t steps = options_.max_features * stride_ + nd * detail::d_field_count;
+    for (std::size_t f = 0; f < detail::s_field_count; ++f) raw.steps[f] = sum[steps + f];
     return detail::derive(config_, std::move(raw), nullptr);
   }
 
@@ -461,7 +479,23 @@ class ledger {
   struct feature_slot {
     std::string name;
     std::unique_ptr<log_linear_histogram> hist;
+    // The token histograms, made on first use: a ledger without a decoder does not pay for them.
+    std::atomic<log_linear_histogram*> ttft{nullptr}, itl{nullptr};
+    std::unique_ptr<log_linear_histogram> ttft_owner, itl_owner;
   };
+
+  log_linear_histogram& token_histogram(feature_id f,
+                                        std::atomic<log_linear_histogram*> feature_slot::*which) {
+    feature_slot& slot = features_[f.value];
+    if (log_linear_histogram* h = (slot.*which).load(std::memory_order_acquire)) return *h;
+    std::lock_guard lock(mutex_);
+    if (log_linear_histogram* h = (slot.*which).load(std::memory_order_relaxed)) return *h;
+    auto& owner = which == &feature_slot::ttft ? slot.ttft_owner : slot.itl_owner;
+    owner =
+        std::make_unique<log_linear_histogram>(static_cast<std::uint64_t>(options_.latency_highest.count()));
+    (slot.*which).store(owner.get(), std::memory_order_release);
+    return *owner;
+  }
 
   std::int64_t since_start() const {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(clock_.now() - start_).count();

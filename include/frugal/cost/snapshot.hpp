@@ -136,6 +136,50 @@ struct feature_figures {
   money batching_saved{};
   latency_percentiles latency{};
   histogram_snapshot latency_histogram{};  ///< in nanoseconds
+  // Generation (a decoder's requests), from record_generation, record_response_hit and the token latencies.
+  std::uint64_t generations = 0;           ///< record_generation() calls: requests that reached the model
+  std::uint64_t prompt_tokens = 0;         ///< of those requests
+  std::uint64_t cached_prompt_tokens = 0;  ///< of prompt_tokens, served from the prefix cache
+  std::uint64_t generated_tokens = 0;
+  /// The feature's cost split between prefill and decode by the measured cost of their tokens (see
+  /// step_cost_model), per 1M prompt tokens (cached ones included, so the prefix cache lowers it) and per
+  /// 1M generated tokens, as providers price them. Zero until record_step_cost() has measured the tokens.
+  money cost_per_million_input{};
+  money cost_per_million_output{};
+  /// What the prefix cache saved: its cached prompt tokens at the measured cost of a prefill token.
+  std::chrono::nanoseconds prefix_saved_time{0};
+  money prefix_saved{};
+  /// Response cache hits (also counted in cache_hits), and what they saved: the hits' prompt tokens at
+  /// the cost of a prefill token plus their generated tokens at the cost of a decode token (part of
+  /// cache_saved).
+  std::uint64_t response_hits = 0;
+  std::chrono::nanoseconds response_saved_time{0};
+  money response_saved{};
+  latency_percentiles time_to_first_token{};
+  histogram_snapshot time_to_first_token_histogram{};  ///< in nanoseconds
+  latency_percentiles inter_token_latency{};
+  histogram_snapshot inter_token_latency_histogram{};  ///< in nanoseconds
+};
+
+/// @brief The measured cost of a prefill token and of a decode token (one sequence's decode step), from
+/// record_step_cost(). The steps' busy time is fitted by least squares as t = fixed + prefill·p +
+/// decode·d (p prefill tokens and d decode tokens in the step); the total busy time is then split between
+/// prefill and decode in proportion to their variable costs prefill·P and decode·D, so that the fixed
+/// cost of a step (e.g. reading the weights once) is shared between the tokens that ran in it and the two
+/// parts add up to the busy time measured. Without a fit (fewer than 3 steps, steps whose p and d do not
+/// vary independently, or a fitted marginal cost <= 0) every token of the window costs the same; with
+/// steps of only one kind, that kind takes all the time.
+struct step_cost_model {
+  std::uint64_t steps = 0;
+  std::uint64_t prefill_tokens = 0;
+  std::uint64_t decode_tokens = 0;
+  std::chrono::nanoseconds busy{0};
+  bool fitted = false;
+  double fixed_ns = 0;             ///< the fitted time of a step, apart from its tokens
+  double prefill_marginal_ns = 0;  ///< the fitted time of one more prefill token
+  double decode_marginal_ns = 0;   ///< the fitted time of one more decode token
+  double prefill_token_ns = 0;     ///< busy time per prefill token, after the split
+  double decode_token_ns = 0;      ///< busy time per decode token, after the split
 };
 
 /// @brief The figures for one device.
@@ -187,8 +231,17 @@ enum field : std::size_t {
   f_escalations,
   f_cascade_avoided,
   f_cascade_spent,
+  f_generations,
+  f_prompt_tokens,
+  f_cached_prompt_tokens,
+  f_generated_tokens,
+  f_response_hits,
+  f_response_prompt_tokens,
+  f_response_generated_tokens,
   f_fixed_count,
 };
+// Ledger-wide sums of record_step_cost(), for the least-squares fit of the step's time.
+enum step_field : std::size_t { s_steps, s_p, s_d, s_t, s_pp, s_dd, s_pd, s_pt, s_dt, s_field_count };
 enum device_field : std::size_t {
   d_load,
   d_loads,
@@ -206,6 +259,7 @@ struct raw_feature {
   std::array<std::uint64_t, f_fixed_count> c{};
   std::vector<std::uint64_t> busy_by_device;
   histogram_snapshot hist;
+  histogram_snapshot ttft, itl;
 };
 struct raw_device {
   std::array<std::uint64_t, d_field_count> c{};
@@ -217,6 +271,7 @@ struct raw_state {
   std::vector<raw_feature> features;
   std::vector<raw_device> devices;
   std::optional<std::pair<std::uint64_t, std::uint64_t>> queue;  // depth, limit
+  std::array<std::uint64_t, s_field_count> steps{};
 };
 
 struct ledger_config {
@@ -253,6 +308,7 @@ struct ledger_snapshot {
   double utilization = 0;                                        ///< fleet busy over fleet wall time
   std::optional<std::pair<std::uint64_t, std::uint64_t>> queue;  ///< last (depth, limit)
   std::vector<alert> alerts;
+  step_cost_model step_costs{};  ///< the measured cost of a prefill token and of a decode token
 
   /// @brief The figures for the feature named `name`, or nullptr.
   const feature_figures* find(std::string_view name) const noexcept {

@@ -7,12 +7,15 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "frugal/cost/detail/stripe.hpp"
 #include "frugal/cost/histogram.hpp"
 #include "frugal/cost/money.hpp"
 #include "frugal/cost/snapshot.hpp"
@@ -42,6 +45,15 @@ inline money price_share(money amount, std::uint64_t part, std::uint64_t whole) 
   return saturated_money(div_half_even(int128(amount.nanos()) * int128(part), int128(whole)), amount.cur());
 }
 
+// sum += x for the saved times, saturated: a feature's saved time may already be near the limit (response
+// hits of huge token counts, found by fuzz_ledger).
+inline void add_time(std::chrono::nanoseconds& sum, std::chrono::nanoseconds x) noexcept {
+  std::int64_t r = 0;
+  if (__builtin_add_overflow(sum.count(), x.count(), &r))
+    r = x.count() < 0 ? std::numeric_limits<std::int64_t>::min() : std::numeric_limits<std::int64_t>::max();
+  sum = std::chrono::nanoseconds(r);
+}
+
 // sum += x for the saved figures, saturated like price_share.
 inline void add_saved(money& sum, money x) {
   sum = saturated_money(int128(sum.nanos()) + x.nanos(), sum.cur());
@@ -63,6 +75,52 @@ inline batch_model fit_batch_model(const std::array<std::uint64_t, f_fixed_count
   return m;
 }
 
+inline step_cost_model fit_step_costs(const std::array<std::uint64_t, s_field_count>& g) {
+  step_cost_model m;
+  m.steps = g[s_steps];
+  m.prefill_tokens = g[s_p];
+  m.decode_tokens = g[s_d];
+  m.busy = ns_of(g[s_t]);
+  const double P = double(g[s_p]), D = double(g[s_d]), T = double(g[s_t]);
+  if (m.steps == 0 || (g[s_p] == 0 && g[s_d] == 0)) return m;
+  if (g[s_d] == 0) {
+    m.prefill_token_ns = T / P;
+    return m;
+  }
+  if (g[s_p] == 0) {
+    m.decode_token_ns = T / D;
+    return m;
+  }
+  // The normal equations of t = c + a·p + b·d, centred: S_xy = Σxy − Σx·Σy / n.
+  const double n = double(g[s_steps]);
+  const double spp = double(g[s_pp]) - P * P / n, sdd = double(g[s_dd]) - D * D / n;
+  const double spd = double(g[s_pd]) - P * D / n;
+  const double spt = double(g[s_pt]) - P * T / n, sdt = double(g[s_dt]) - D * T / n;
+  const double det = spp * sdd - spd * spd;
+  double prefill_share = P / (P + D);
+  if (m.steps >= 3 && spp > 0 && sdd > 0 && det > 1e-9 * spp * sdd) {
+    const double a = (spt * sdd - sdt * spd) / det;
+    const double b = (sdt * spp - spt * spd) / det;
+    if (a > 0 && b > 0) {
+      m.fitted = true;
+      m.prefill_marginal_ns = a;
+      m.decode_marginal_ns = b;
+      m.fixed_ns = (T - a * P - b * D) / n;
+      prefill_share = a * P / (a * P + b * D);
+    }
+  }
+  m.prefill_token_ns = T * prefill_share / P;
+  m.decode_token_ns = T * (1 - prefill_share) / D;
+  return m;
+}
+
+// tokens × ns per token, as whole nanoseconds, saturated.
+inline std::uint64_t token_time(std::uint64_t tokens, double ns_per_token) {
+  const double v = std::round(double(tokens) * ns_per_token);
+  if (!(v > 0)) return 0;
+  return v >= 9.2e18 ? std::uint64_t(INT64_MAX) : static_cast<std::uint64_t>(v);
+}
+
 inline latency_percentiles percentiles_of(const histogram_snapshot& h) {
   using std::chrono::nanoseconds;
   auto at = [&](double q) { return ns_of(h.value_at(q)); };
@@ -80,7 +138,8 @@ inline std::string fmt_ms(double ns) {
 
 // Fills the feature-level figures from counter deltas; prices come later, once per-device busy is known.
 inline void count_figures(feature_figures& t, const std::array<std::uint64_t, f_fixed_count>& c,
-                          std::vector<std::uint64_t> busy_by_device, histogram_snapshot hist, currency cur) {
+                          std::vector<std::uint64_t> busy_by_device, histogram_snapshot hist, currency cur,
+                          const step_cost_model& steps, histogram_snapshot ttft, histogram_snapshot itl) {
   using std::chrono::nanoseconds;
   t.requests = 0;
   for (std::size_t o = 0; o < outcome_count; ++o) t.requests += t.by_outcome[o] = c[f_outcome0 + o];
@@ -93,13 +152,26 @@ inline void count_figures(feature_figures& t, const std::array<std::uint64_t, f_
   for (auto b : busy_by_device) t.busy_by_device.push_back(ns_of(b));
   t.mean_batch_size = t.batches ? double(t.batched_items) / double(t.batches) : 0;
   t.fill = c[f_capacity] ? double(c[f_capacity_items]) / double(c[f_capacity]) : 0;
-  t.cache_hits = c[f_hits_explicit] + c[f_hits_implicit];
+  t.generations = c[f_generations];
+  t.prompt_tokens = c[f_prompt_tokens];
+  t.cached_prompt_tokens = c[f_cached_prompt_tokens];
+  t.generated_tokens = c[f_generated_tokens];
+  t.response_hits = c[f_response_hits];
+  t.prefix_saved_time = ns_of(token_time(t.cached_prompt_tokens, steps.prefill_token_ns));
+  t.response_saved_time = ns_of(add_sat(token_time(c[f_response_prompt_tokens], steps.prefill_token_ns),
+                                        token_time(c[f_response_generated_tokens], steps.decode_token_ns)));
+  t.time_to_first_token = percentiles_of(ttft);
+  t.time_to_first_token_histogram = std::move(ttft);
+  t.inter_token_latency = percentiles_of(itl);
+  t.inter_token_latency_histogram = std::move(itl);
+  t.cache_hits = c[f_hits_explicit] + c[f_hits_implicit] + c[f_response_hits];
   t.cache_hit_ratio = t.requests ? std::min(1.0, double(t.cache_hits) / double(t.requests)) : 0;
   // A hit without a figure saved what an average miss of this feature cost: busy time per batched item.
   std::uint64_t implicit = c[f_items] ? static_cast<std::uint64_t>(div_half_even(
                                             int128(c[f_busy]) * c[f_hits_implicit], int128(c[f_items])))
                                       : 0;
-  t.cache_saved_time = ns_of(c[f_saved_explicit] + implicit);
+  t.cache_saved_time = ns_of(
+      add_sat(c[f_saved_explicit] + implicit, static_cast<std::uint64_t>(t.response_saved_time.count())));
   t.remote_hits = c[f_remote_hits];
   t.remote_latency = ns_of(c[f_remote_latency_sum]);
   t.remote_faults = c[f_remote_faults];
@@ -125,7 +197,25 @@ inline void count_figures(feature_figures& t, const std::array<std::uint64_t, f_
   t.latency = percentiles_of(hist);
   t.latency_histogram = std::move(hist);
   t.busy_cost = t.idle_share = t.cost = t.cost_per_request = t.cache_saved = t.batching_saved =
-      money::from_nanos(0, cur);
+      t.cost_per_million_input = t.cost_per_million_output = t.prefix_saved = t.response_saved =
+          money::from_nanos(0, cur);
+}
+
+// The cost per 1M prompt and generated tokens: the feature's cost split between prefill and decode in
+// proportion to the measured time of the prompt tokens it computed and of the tokens it generated.
+inline void token_prices(feature_figures& t, const step_cost_model& steps) {
+  const std::uint64_t computed = t.prompt_tokens - std::min(t.prompt_tokens, t.cached_prompt_tokens);
+  const std::uint64_t prefill = token_time(computed, steps.prefill_token_ns);
+  const std::uint64_t decode = token_time(t.generated_tokens, steps.decode_token_ns);
+  const std::uint64_t whole = add_sat(prefill, decode);
+  const money zero = money::from_nanos(0, t.cost.cur());
+  // The two shares add up to the cost: the rounding's remainder goes to decode.
+  const money input = whole ? price_share(t.cost, prefill, whole) : zero;
+  const money output = whole ? saturated_money(int128(t.cost.nanos()) - input.nanos(), t.cost.cur()) : zero;
+  constexpr std::uint64_t million = 1'000'000;
+  t.cost_per_million_input = t.prompt_tokens && prefill ? price_share(input, million, t.prompt_tokens) : zero;
+  t.cost_per_million_output =
+      t.generated_tokens && decode ? price_share(output, million, t.generated_tokens) : zero;
 }
 
 inline ledger_snapshot derive(std::shared_ptr<const ledger_config> cfg, raw_state now,
@@ -143,10 +233,14 @@ inline ledger_snapshot derive(std::shared_ptr<const ledger_config> cfg, raw_stat
   const auto wall = static_cast<std::uint64_t>(std::max<std::int64_t>(0, s.wall.count()));
   s.total_cost = s.busy_cost = s.overhead_cost = s.idle_cost = s.unallocated_idle = zero;
   s.queue = now.queue;
+  std::array<std::uint64_t, s_field_count> step_sums{};
+  for (std::size_t f = 0; f < s_field_count; ++f)
+    step_sums[f] = diff(now.steps[f], base ? base->steps[f] : 0);
+  s.step_costs = fit_step_costs(step_sums);
 
   std::array<std::uint64_t, f_fixed_count> all{};
   std::vector<std::uint64_t> all_busy(nd, 0);
-  histogram_snapshot all_hist;
+  histogram_snapshot all_hist, all_ttft, all_itl;
   std::vector<money> dev_busy_cost(nd, zero);
   s.features.resize(now.features.size());
   for (std::size_t i = 0; i < now.features.size(); ++i) {
@@ -157,12 +251,16 @@ inline ledger_snapshot derive(std::shared_ptr<const ledger_config> cfg, raw_stat
     std::vector<std::uint64_t> busy(nd, 0);
     for (std::size_t d = 0; d < nd; ++d) busy[d] = diff(r.busy_by_device[d], b ? b->busy_by_device[d] : 0);
     histogram_snapshot h = b ? r.hist.minus(b->hist) : r.hist;
-    for (std::size_t f = 0; f < f_fixed_count; ++f) all[f] += c[f];
-    for (std::size_t d = 0; d < nd; ++d) all_busy[d] += busy[d];
+    histogram_snapshot ttft = b ? r.ttft.minus(b->ttft) : r.ttft;
+    histogram_snapshot itl = b ? r.itl.minus(b->itl) : r.itl;
+    all_ttft.merge(ttft);
+    all_itl.merge(itl);
+    for (std::size_t f = 0; f < f_fixed_count; ++f) all[f] = add_sat(all[f], c[f]);
+    for (std::size_t d = 0; d < nd; ++d) all_busy[d] = add_sat(all_busy[d], busy[d]);
     all_hist.merge(h);
     feature_figures& t = s.features[i];
     t.name = r.name;
-    count_figures(t, c, busy, std::move(h), k.cur);
+    count_figures(t, c, busy, std::move(h), k.cur, s.step_costs, std::move(ttft), std::move(itl));
     for (std::size_t d = 0; d < nd; ++d) {
       money m = k.device_rates[d].for_duration(ns_of(busy[d]));
       t.busy_cost += m;
@@ -244,6 +342,9 @@ inline ledger_snapshot derive(std::shared_ptr<const ledger_config> cfg, raw_stat
       return busy ? price_share(t.busy_cost, ns, busy) : price_share(s.total_cost, ns, fleet_ns);
     };
     t.cache_saved = price(t.cache_saved_time);
+    t.prefix_saved = price(t.prefix_saved_time);
+    t.response_saved = price(t.response_saved_time);
+    token_prices(t, s.step_costs);
     t.batching_saved = price(t.batching_saved_time);
     t.cascade_saved =
         t.cascade_saved_time.count() >= 0 ? price(t.cascade_saved_time) : zero - price(-t.cascade_saved_time);
@@ -251,20 +352,28 @@ inline ledger_snapshot derive(std::shared_ptr<const ledger_config> cfg, raw_stat
 
   feature_figures& tot = s.total;
   tot.name = "total";
-  count_figures(tot, all, all_busy, std::move(all_hist), k.cur);
-  tot.cache_saved_time = tot.batching_saved_time = tot.cascade_saved_time = nanoseconds(0);
+  count_figures(tot, all, all_busy, std::move(all_hist), k.cur, s.step_costs, std::move(all_ttft),
+                std::move(all_itl));
+  tot.cache_saved_time = tot.batching_saved_time = tot.cascade_saved_time = tot.prefix_saved_time =
+      tot.response_saved_time = nanoseconds(0);
   tot.cascade_saved = zero;
   for (const feature_figures& t : s.features) {
     add_saved(tot.cascade_saved, t.cascade_saved);
-    tot.cascade_saved_time += t.cascade_saved_time;
+    add_time(tot.cascade_saved_time, t.cascade_saved_time);
     tot.busy_cost += t.busy_cost;
     tot.idle_share += t.idle_share;
     add_saved(tot.cache_saved, t.cache_saved);
-    tot.cache_saved_time += t.cache_saved_time;
+    add_time(tot.cache_saved_time, t.cache_saved_time);
     add_saved(tot.batching_saved, t.batching_saved);
-    tot.batching_saved_time += t.batching_saved_time;
+    add_time(tot.batching_saved_time, t.batching_saved_time);
+    add_saved(tot.prefix_saved, t.prefix_saved);
+    add_time(tot.prefix_saved_time, t.prefix_saved_time);
+    add_saved(tot.response_saved, t.response_saved);
+    add_time(tot.response_saved_time, t.response_saved_time);
   }
   tot.cost = s.total_cost;
+  // The total's cost is everything paid, idle included: its price per token is what the fleet costs.
+  token_prices(tot, s.step_costs);
   tot.cost_per_request = tot.requests ? tot.cost.divided_by(static_cast<std::int64_t>(tot.requests)) : zero;
 
   // Semantic hits are a share of the cache's hits: their saving is that share of cache_saved.
@@ -273,7 +382,7 @@ inline ledger_snapshot derive(std::shared_ptr<const ledger_config> cfg, raw_stat
     t.semantic_saved = price_share(t.cache_saved, static_cast<std::uint64_t>(t.semantic_saved_time.count()),
                                    static_cast<std::uint64_t>(t.cache_saved_time.count()));
     add_saved(tot.semantic_saved, t.semantic_saved);
-    tot.semantic_saved_time += t.semantic_saved_time;
+    add_time(tot.semantic_saved_time, t.semantic_saved_time);
   }
 
   const thresholds& th = k.alerts;
