@@ -38,6 +38,7 @@ struct llm_options {
 /// with, the tokens it ran (prefill and decode) and the sequences in it.
 struct llm_step_report {
   std::chrono::nanoseconds busy{0};
+  std::uint64_t prefill_tokens = 0, decode_tokens = 0;
   struct part {
     std::uint64_t tokens = 0;
     std::uint32_t sequences = 0;
@@ -145,6 +146,8 @@ class llm_engine {
       llm_step_report rep;
       rep.busy = std::chrono::duration_cast<std::chrono::nanoseconds>(clock::now() - t0);
       rep.capacity = sched_.options().max_running;
+      rep.decode_tokens = step->decode_tokens();
+      rep.prefill_tokens = step->tokens() - step->decode_tokens();
       {
         std::lock_guard g(labels_m_);
         for (const frugal::step_entry& e : step->entries()) {

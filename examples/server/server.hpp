@@ -836,6 +836,8 @@ class app {
     std::uint64_t total = 0;
     for (const auto& [label, p] : r.by_label) total += p.tokens;
     if (total == 0) return;
+    // The measured cost of prefill and decode tokens, from which the ledger prices input and output tokens.
+    ledger_.record_step_cost(r.prefill_tokens, r.decode_tokens, r.busy);
     for (const auto& [label, p] : r.by_label)
       ledger_.record_batch({.feature = frugal::cost::feature_id{label},
                             .busy = std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -844,10 +846,14 @@ class app {
                             .capacity = static_cast<std::uint32_t>(r.capacity)});
   }
 
-  // The token counts of one answered request. The ledger books requests, outcomes and step time per feature
-  // (above); its per-feature token accounting (in, cached, out) belongs here, where all three are known.
-  void record_tokens(route& rt, frugal::cost::feature_id, std::size_t prompt, std::size_t cached,
+  // The token counts of one answered request: the ledger's per-feature tokens (in, served from the prefix
+  // cache, out) and the route's own counters.
+  void record_tokens(route& rt, frugal::cost::feature_id feature, std::size_t prompt, std::size_t cached,
                      std::size_t completion) {
+    ledger_.record_generation({.feature = feature,
+                               .prompt_tokens = prompt,
+                               .cached_prompt_tokens = std::min(cached, prompt),
+                               .generated_tokens = completion});
     rt.prompt_tokens.fetch_add(prompt);
     rt.cached_tokens.fetch_add(cached);
     rt.completion_tokens.fetch_add(completion);

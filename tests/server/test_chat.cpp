@@ -315,6 +315,12 @@ TEST_CASE(
   CHECK(metric(m, "vllm:num_requests_running{model_name=\"smollm2\"}") == 0);
   CHECK(metric(m, "vllm:gpu_cache_usage_perc{model_name=\"smollm2\"}") == 0);
   CHECK(metric(m, "frugal_llm_tokens_total{model=\"smollm2\",kind=\"cached\"}") > 0);
+  // The ledger counts the chat feature's tokens, and prices them from the measured steps.
+  CHECK(metric(m, "frugal_generated_tokens_total{feature=\"chat\"}") > 0);
+  CHECK(metric(m, "frugal_prompt_tokens_total{feature=\"chat\",source=\"computed\"}") +
+            metric(m, "frugal_prompt_tokens_total{feature=\"chat\",source=\"prefix_cache\"}") >
+        0);
+  CHECK(metric(m, "frugal_steps_total") > 0);
   // promtool accepts the text; its only remarks are the colons of the gateway's names, which its
   // protocol fixes.
   if (const auto p = frugal_test::promtool_check(m)) {
