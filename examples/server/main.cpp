@@ -23,7 +23,9 @@
 #include <signal.h>
 #include <sys/socket.h>
 
+#include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -172,12 +174,18 @@ int main(int argc, char** argv) {
     if (listener == INVALID_SOCKET || ::listen(listener, listen_backlog) != 0)
       throw std::runtime_error("cannot widen the listen backlog of " + o.host + ":" + std::to_string(port) +
                                ": " + std::strerror(errno));
+    // A signal can come before listen_after_bind() has started, when httplib's stop() does nothing: stop it
+    // again until the listen loop has returned.
+    std::atomic<bool> listen_returned{false};
     std::thread signals([&] {
       int sig = 0;
       sigwait(&sigs, &sig);
       std::fprintf(stderr, "frugal_server: signal %d: draining\n", sig);
       app.begin_drain();
-      http.stop();
+      while (!listen_returned.load()) {
+        http.stop();
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
       sigwait(&sigs, &sig);
       std::fprintf(stderr, "frugal_server: second signal %d: exiting now\n", sig);
       std::_Exit(1);
@@ -186,6 +194,7 @@ int main(int argc, char** argv) {
     std::printf("listening on %s:%d\n", o.host.c_str(), port);
     std::fflush(stdout);
     const bool ok = http.listen_after_bind();
+    listen_returned.store(true);
     app.drain();
     std::fprintf(stderr, "frugal_server: stopped; %llu requests accepted, %llu answered\n",
                  static_cast<unsigned long long>(app.accepted()),
