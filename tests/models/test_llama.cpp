@@ -144,10 +144,13 @@ std::vector<double> chunk_nll(llama::model& m, std::size_t ctx, std::size_t chun
   return out;
 }
 
+// Perplexity over fewer than 8 chunks of 128 is too noisy for the 0.5% bound (2 chunks: native 2.9% off), so
+// the sanitizers run all 8; they check fewer greedy prompts.
+constexpr std::size_t ppl_chunks = 8;
 #if FRUGAL_LLAMA_QUICK
-constexpr std::size_t ppl_chunks = 2, greedy_prompts = 12;  // under the sanitizers
+constexpr std::size_t greedy_prompts = 12;
 #else
-constexpr std::size_t ppl_chunks = 8, greedy_prompts = 55;
+constexpr std::size_t greedy_prompts = 55;
 #endif
 
 }  // namespace
