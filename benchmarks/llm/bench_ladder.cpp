@@ -276,12 +276,7 @@ std::string json(const rung_result& r, std::size_t kv_bytes_per_token) {
 std::vector<kv_token> encode_chat(const llama::model& m, const std::vector<chat_trace::message>& msgs) {
   std::vector<frugal::chat::message> cm;
   for (const auto& x : msgs) cm.push_back({x.role, x.content});
-  std::vector<kv_token> ids;
-  for (const auto& seg : m.chat_template().render(cm)) {
-    auto part = m.tokenizer().encode(seg.text, {.parse_special = !seg.is_content});
-    ids.insert(ids.end(), part.begin(), part.end());
-  }
-  return ids;
+  return m.encode_chat(cm);
 }
 
 // Tokens of each prompt that an earlier prompt of the trace shares as a prefix, in whole blocks: what a

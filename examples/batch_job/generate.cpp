@@ -242,13 +242,7 @@ class llama_generator final : public generator {
   std::vector<std::int32_t> encode(const std::string& text) const {
     const auto& tok = m_->tokenizer();
     if (!o_.chat) return tok.encode(text, {.parse_special = false, .add_special = true});
-    const frugal::chat::message msgs[] = {{"system", m_->chat_template().default_system()}, {"user", text}};
-    std::vector<std::int32_t> ids;
-    for (const auto& seg : m_->chat_template().render(msgs)) {
-      auto part = tok.encode(seg.text, {.parse_special = !seg.is_content});
-      ids.insert(ids.end(), part.begin(), part.end());
-    }
-    return ids;
+    return m_->encode_chat(text);
   }
 
   // At the first record, under the job's lock: what the attempts before this one generated and lost. The

@@ -10,15 +10,23 @@
 //   and the new user turn. User turns are Debian fortunes (real text); the earlier answers in the history
 //   are fortunes too, so that the prompts do not depend on what a model generated;
 // - the answer length (tokens to generate) is lognormal with median `answer_median` and log-sd
-//   `answer_sigma`, rounded and clipped to [answer_min, answer_max].
+//   `answer_sigma`, rounded and clipped to [answer_min, answer_max];
+// - with `repeat_share` > 0, that share of new conversations opens with one of `questions` popular
+//   questions (fortunes too), drawn Zipf(question_zipf_s): a persona asked a popular question gets the
+//   same prompt every time, and its answer length is drawn once per (system prompt, question), so that
+//   such requests repeat exactly (what a response cache can serve). With repeat_share 0 the trace does
+//   not depend on the question options.
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <map>
+#include <optional>
 #include <ostream>
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "corpus.hpp"
@@ -37,6 +45,7 @@ struct request {
   std::size_t system = 0;
   std::vector<message> messages;  ///< system, user, assistant, ..., user
   std::size_t answer_tokens = 0;
+  bool repeated = false;  ///< opens its conversation with a popular question
 };
 
 struct options {
@@ -51,6 +60,9 @@ struct options {
   double answer_sigma = 0.6;
   std::size_t answer_min = 4, answer_max = 96;
   std::uint64_t seed = 1;
+  double repeat_share = 0;
+  std::size_t questions = 8;
+  double question_zipf_s = 1.0;
   std::string fortunes_dir = "/usr/share/games/fortunes";
 };
 
@@ -73,10 +85,12 @@ inline std::string system_prompt(std::size_t i) {
 inline std::vector<request> make(const options& o) {
   if (o.requests == 0 || !(o.rate_per_s > 0) || o.system_prompts == 0 || o.max_turns == 0 ||
       !(o.new_conversation > 0 && o.new_conversation <= 1) || o.answer_min == 0 ||
-      o.answer_min > o.answer_max)
+      o.answer_min > o.answer_max || !(o.repeat_share >= 0 && o.repeat_share <= 1) ||
+      (o.repeat_share > 0 && o.questions == 0) || !(o.question_zipf_s >= 0))
     throw std::invalid_argument(
         "chat_trace::make: requests, rate_per_s, system_prompts, max_turns and answer_min must be positive, "
-        "new_conversation in (0, 1], answer_min <= answer_max");
+        "new_conversation in (0, 1], answer_min <= answer_max, repeat_share in [0, 1], questions > 0 when "
+        "repeat_share > 0, question_zipf_s >= 0");
   // Two fortunes per request at most (its user turn, the answer standing for it in later turns).
   const std::vector<std::string> text =
       examples::sample_fortunes(o.fortunes_dir, 2 * o.requests, o.seed, 20, 160);
@@ -89,6 +103,20 @@ inline std::vector<request> make(const options& o) {
   for (std::size_t i = 0; i < zipf.size(); ++i)
     zipf[i] = 1.0 / std::pow(static_cast<double>(i + 1), o.zipf_s);
   std::discrete_distribution<std::size_t> pick_system(zipf.begin(), zipf.end());
+  std::vector<std::string> questions;
+  std::discrete_distribution<std::size_t> pick_question;
+  std::map<std::pair<std::size_t, std::size_t>, std::size_t> question_answer;
+  if (o.repeat_share > 0) {
+    questions = examples::sample_fortunes(o.fortunes_dir, o.questions, o.seed + 1, 20, 160);
+    std::vector<double> w(questions.size());
+    for (std::size_t i = 0; i < w.size(); ++i)
+      w[i] = 1.0 / std::pow(static_cast<double>(i + 1), o.question_zipf_s);
+    pick_question = std::discrete_distribution<std::size_t>(w.begin(), w.end());
+  }
+  const auto answer_length = [&] {
+    return std::clamp<std::size_t>(static_cast<std::size_t>(std::llround(answer(rng))), o.answer_min,
+                                   o.answer_max);
+  };
 
   struct conversation {
     std::size_t system = 0;
@@ -106,25 +134,34 @@ inline std::vector<request> make(const options& o) {
       if (convs[c].turns < o.max_turns && t - convs[c].last_s >= o.think_s) open.push_back(c);
     const double draw = u(rng);
     std::size_t c;
+    std::optional<std::size_t> question;
     if (open.empty() || draw < o.new_conversation) {
       c = convs.size();
       conversation n;
       n.system = pick_system(rng);
       n.history.push_back({"system", system_prompt(n.system)});
       convs.push_back(std::move(n));
+      if (o.repeat_share > 0 && u(rng) < o.repeat_share) question = pick_question(rng);
     } else {
       c = open[std::uniform_int_distribution<std::size_t>(0, open.size() - 1)(rng)];
     }
     conversation& cv = convs[c];
-    cv.history.push_back({"user", text[next_text++]});
+    cv.history.push_back({"user", question ? questions[*question] : text[next_text]});
+    ++next_text;
     request q;
     q.arrival_s = t;
     q.conversation = c;
     q.turn = cv.turns;
     q.system = cv.system;
     q.messages = cv.history;
-    q.answer_tokens = std::clamp<std::size_t>(static_cast<std::size_t>(std::llround(answer(rng))),
-                                              o.answer_min, o.answer_max);
+    if (question) {
+      const auto [it, fresh] = question_answer.try_emplace({cv.system, *question}, 0);
+      if (fresh) it->second = answer_length();
+      q.answer_tokens = it->second;
+      q.repeated = true;
+    } else {
+      q.answer_tokens = answer_length();
+    }
     out.push_back(std::move(q));
     cv.history.push_back({"assistant", text[next_text++]});
     ++cv.turns;

@@ -1,23 +1,31 @@
 // frugal's main demo: a user-owned inference loop built from frugal's parts, served the same traffic
-// under a ladder of configurations, with one table of what each step costs and saves.
+// under a ladder of configurations, with one table of what each step costs and saves. The default config
+// serves a chat model (SmolLM2 from its GGUF file, chat_demo.hpp); config_minilm.json serves the sentence
+// encoder and config_mlp.json a synthetic MLP (demo.hpp).
 //
-//   frugal_demo [--config path.json] [--model DIR] [--quiet] [--key.path=value ...]
+//   frugal_demo [--config path.json] [--model PATH] [--quiet] [--key.path=value ...]
 //
 // Exit codes: 0 done, 1 a run that failed (a model that does not load, an export that cannot be written),
 // 2 a bad command line or config.
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "../common/flags.hpp"
 #include "../common/write.hpp"
+#include "chat_demo.hpp"
 #include "demo.hpp"
 
 #ifndef FRUGAL_DEMO_DEFAULT_CONFIG
 #  define FRUGAL_DEMO_DEFAULT_CONFIG "config.json"
+#endif
+#ifndef FRUGAL_DEMO_PLOT
+#  define FRUGAL_DEMO_PLOT "plot.py"
 #endif
 
 namespace {
@@ -33,13 +41,85 @@ std::vector<std::string> export_paths(const demo::config& cfg) {
   return paths;
 }
 
+std::vector<std::string> chat_export_paths(const demo::chat_config& cfg) {
+  std::vector<std::string> paths;
+  for (std::size_t i = 1; i <= cfg.ladder.size(); ++i) {
+    paths.push_back(cfg.out_dir + "/step" + std::to_string(i) + ".prom");
+    paths.push_back(cfg.out_dir + "/step" + std::to_string(i) + ".json");
+  }
+  paths.push_back(cfg.out_dir + "/ladder.json");
+  paths.push_back(cfg.out_dir + "/report.md");
+  return paths;
+}
+
+const char* simd_name() {
+#if defined(__x86_64__)
+  if (__builtin_cpu_supports("avx512vnni")) return "AVX-512 VNNI";
+  if (__builtin_cpu_supports("avx2")) return "AVX2";
+#endif
+  return "portable";
+}
+
+// The language-model ladder: run, print, export, plot.
+int run_chat(const demo::chat_config& cfg, bool quiet, bool plot) {
+  const std::vector<std::string> exports = chat_export_paths(cfg);
+  examples::prepare_output_dir(cfg.out_dir);
+  for (const auto& p : exports) examples::check_writable(p);
+  const std::string png = cfg.out_dir + "/ladder.png";
+  if (plot) examples::check_writable(png);
+  quiet = quiet || cfg.quiet;
+  const bool tty = isatty(fileno(stderr));
+  demo::chat_progress_fn progress;
+  if (!quiet)
+    progress = [tty](const std::string& step, std::size_t done, std::size_t total, std::uint64_t tokens,
+                     double secs) {
+      if (!tty && done != total && done % 10 != 0) return;
+      std::fprintf(stderr,
+                   tty ? "\r\033[K%s: %zu/%zu requests, %llu tokens, %.0f tok/s"
+                       : "%s: %zu/%zu requests, %llu tokens, %.0f tok/s\n",
+                   step.c_str(), done, total, static_cast<unsigned long long>(tokens),
+                   secs > 0 ? static_cast<double>(tokens) / secs : 0.0);
+      if (tty && done == total) std::fputc('\n', stderr);
+    };
+  std::printf(
+      "frugal %s demo: %s, %zu threads, the model on the CPU (%s kernels); every step serves the same "
+      "chat traffic from a freshly loaded model\n",
+      frugal::version_string(), cfg.model_name.c_str(), cfg.threads, simd_name());
+  demo::chat_traffic traffic;
+  const auto results = demo::run_chat(cfg, progress, &traffic);
+  const nlohmann::json ladder = demo::chat_results_json(cfg, traffic, results);
+  const std::string report = demo::format_chat_report(cfg, ladder);
+  std::printf("\n%s", report.c_str());
+  for (std::size_t i = 0; i < results.size(); ++i) {
+    examples::write_file(exports[2 * i], results[i].prometheus);
+    examples::write_file(exports[2 * i + 1], results[i].json_export);
+  }
+  examples::write_file(exports[exports.size() - 2], ladder.dump(2) + "\n");
+  examples::write_file(exports.back(), report);
+  std::printf(
+      "\nledger of the last step:\n%s\nexports: %s/step<N>.prom, step<N>.json, ladder.json, report.md\n",
+      results.back().table.c_str(), cfg.out_dir.c_str());
+  if (plot) {
+    const char* py = std::filesystem::exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3";
+    const std::string cmd =
+        std::string(py) + " '" + FRUGAL_DEMO_PLOT + "' '" + exports[exports.size() - 2] + "' '" + png + "'";
+    if (std::system(cmd.c_str()) != 0)
+      throw std::runtime_error("the plot failed (" + cmd +
+                               "); the other exports are written. matplotlib: apt-get install -y "
+                               "python3-matplotlib, or --no-plot");
+    std::printf("plot: %s\n", png.c_str());
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string config_path = FRUGAL_DEMO_DEFAULT_CONFIG;
   std::vector<std::string> overrides;
-  bool quiet = false;
+  bool quiet = false, plot = true;
   demo::config cfg;
+  std::optional<demo::chat_config> chat;
   try {
     examples::flags f(argc, argv);
     while (f.next()) {
@@ -47,27 +127,41 @@ int main(int argc, char** argv) {
         config_path = f.value();
       else if (f.is("--quiet") || f.is("-q"))
         quiet = true;
+      else if (f.is("--no-plot"))
+        plot = false;
       else if (f.is("--model"))
         overrides.push_back("--model.path=" + f.value());
       else if (f.is("--help") || f.is("-h")) {
         std::printf(
-            "usage: %s [--config file.json] [--model DIR] [--quiet] [--key.path=value ...]\n"
-            "  --model DIR: a BERT-family model directory (config.json, model.safetensors, vocab.txt)\n"
-            "  --config %s/config_mlp.json: the synthetic MLP instead of MiniLM\n"
-            "  e.g. --traffic.pool=1024 --batcher.max_batch=16 --ladder[2].max_batch=8 "
+            "usage: %s [--config file.json] [--model PATH] [--quiet] [--no-plot] [--key.path=value ...]\n"
+            "  the default config serves SmolLM2 (--model: its GGUF file; default $FRUGAL_GGUF_MODEL)\n"
+            "  --config %s/config_minilm.json: the sentence-encoder ladder (--model: a BERT directory)\n"
+            "  --config %s/config_mlp.json: the synthetic MLP\n"
+            "  --no-plot: no ladder.png (the language-model ladder draws it with python3-matplotlib)\n"
+            "  e.g. --traffic.requests=20 --scheduler.max_running=8 --ladder[1].precision=int8 "
             "--gpu.hourly_usd=2.50\n",
-            argv[0], std::filesystem::path(FRUGAL_DEMO_DEFAULT_CONFIG).parent_path().c_str());
+            argv[0], std::filesystem::path(FRUGAL_DEMO_DEFAULT_CONFIG).parent_path().c_str(),
+            std::filesystem::path(FRUGAL_DEMO_DEFAULT_CONFIG).parent_path().c_str());
         return 0;
       } else
         overrides.push_back(f.take());
     }
     auto doc = examples::config_document::from_file(config_path);
     for (const auto& o : overrides) doc.apply_override(o);
-    cfg = demo::parse_config(doc);
+    if (demo::config_model_kind(doc) == "smollm2")
+      chat = demo::parse_chat_config(doc);
+    else
+      cfg = demo::parse_config(doc);
   } catch (const std::exception& e) {  // usage_error, config_error
     std::fprintf(stderr, "frugal_demo: %s (see --help)\n", e.what());
     return 2;
   }
+  if (chat) try {
+      return run_chat(*chat, quiet, plot);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "frugal_demo: %s\n", e.what());
+      return 1;
+    }
   try {
     // The exports are checked before the run: a run of minutes whose results cannot be written is lost.
     const std::vector<std::string> exports = export_paths(cfg);
@@ -87,13 +181,7 @@ int main(int argc, char** argv) {
         if (what.find(": done") != std::string::npos && tty) std::fputc('\n', stderr);
       };
 
-    const char* simd = "portable";
-#if defined(__x86_64__)
-    if (__builtin_cpu_supports("avx512vnni"))
-      simd = "AVX-512 VNNI";
-    else if (__builtin_cpu_supports("avx2"))
-      simd = "AVX2";
-#endif
+    const char* simd = simd_name();
     std::string why;
     const bool gpu = cfg.device != "cpu" && demo::gpu_available(why);
     std::printf("frugal %s demo: %s\n", frugal::version_string(),

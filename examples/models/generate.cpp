@@ -94,15 +94,8 @@ struct job {
 };
 
 std::vector<std::int32_t> encode_prompt(const llama::model& m, const std::string& text, bool chat) {
-  const auto& tok = m.tokenizer();
-  if (!chat) return tok.encode(text, {.parse_special = false, .add_special = true});
-  const frugal::chat::message msgs[] = {{"system", m.chat_template().default_system()}, {"user", text}};
-  std::vector<std::int32_t> ids;
-  for (const auto& seg : m.chat_template().render(msgs)) {
-    auto part = tok.encode(seg.text, {.parse_special = !seg.is_content});
-    ids.insert(ids.end(), part.begin(), part.end());
-  }
-  return ids;
+  if (chat) return m.encode_chat(text);
+  return m.tokenizer().encode(text, {.parse_special = false, .add_special = true});
 }
 
 }  // namespace
@@ -217,29 +210,13 @@ int main(int argc, char** argv) try {
     if (chunks == 0)
       throw std::runtime_error("--perplexity " + perplexity_file + ": " + std::to_string(ids.size()) +
                                " tokens, fewer than one chunk of --ctx " + std::to_string(ctx));
-    nlohmann::json nll = nlohmann::json::array();
-    double total = 0.0;
-    std::size_t scored = 0;
     const auto t0 = clock_type::now();
-    for (std::size_t ch = 0; ch < chunks; ++ch) {
-      std::vector<std::int32_t> chunk(ids.begin() + static_cast<std::ptrdiff_t>(ch * ctx),
-                                      ids.begin() + static_cast<std::ptrdiff_t>((ch + 1) * ctx));
-      if (tok.adds_bos()) chunk[0] = tok.bos();
-      llama::sequence seq = m->open();
-      const llama::input e{.seq = &seq, .tokens = chunk, .all_logits = true, .logits_from = first};
-      const std::vector<float> logits = m->forward(std::span(&e, 1), &pool);
-      double sum = 0.0;
-      for (std::size_t i = first; i + 1 < ctx; ++i) {
-        const float* row = logits.data() + (i - first) * c.vocab;
-        const float mx = *std::max_element(row, row + c.vocab);
-        double z = 0.0;
-        for (std::size_t v = 0; v < c.vocab; ++v) z += std::exp(static_cast<double>(row[v]) - mx);
-        sum += std::log(z) + mx - row[chunk[i + 1]];
-      }
-      nll.push_back(sum);
-      total += sum;
-      scored += ctx - 1 - first;
-    }
+    const std::vector<double> sums = llama::chunk_nll(
+        *m, ids, ctx, chunks, &pool, tok.adds_bos() ? std::optional<std::int32_t>(tok.bos()) : std::nullopt);
+    const nlohmann::json nll = sums;
+    double total = 0.0;
+    for (const double x : sums) total += x;
+    const std::size_t scored = chunks * (ctx - 1 - first);
     const double secs = seconds_since(t0);
     std::cout << nlohmann::json{{"perplexity", std::exp(total / static_cast<double>(scored))},
                                 {"chunks", chunks},

@@ -493,6 +493,30 @@ class model {
   const frugal::kv_salt& salt() const noexcept { return salt_; }
   const frugal::kv_cache& kv() const noexcept { return *kv_; }
 
+  /// @brief The token ids of a chat: the messages rendered by the file's chat template (ending with the
+  /// assistant's turn opened), the template's markup parsed as special tokens, the messages' text not.
+  std::vector<std::int32_t> encode_chat(std::span<const frugal::chat::message> messages) const {
+    std::vector<std::int32_t> ids;
+    for (const auto& seg : template_->render(messages)) {
+      const auto part = tokenizer_->encode(seg.text, {.parse_special = !seg.is_content});
+      ids.insert(ids.end(), part.begin(), part.end());
+    }
+    return ids;
+  }
+  /// @brief A one-turn chat: the template's default system prompt and @p user.
+  std::vector<std::int32_t> encode_chat(const std::string& user) const {
+    const frugal::chat::message msgs[] = {{"system", template_->default_system()}, {"user", user}};
+    return encode_chat(msgs);
+  }
+  /// @brief The token ids that end an answer: end of sequence, and the template's end of turn when that is
+  /// another token.
+  std::vector<std::int32_t> stop_tokens() const {
+    std::vector<std::int32_t> out{tokenizer_->eos()};
+    const std::int32_t eot = tokenizer_->find(std::string(template_->end_of_turn()));
+    if (eot >= 0 && eot != tokenizer_->eos()) out.push_back(eot);
+    return out;
+  }
+
   /// @brief A new sequence. With @p prompt and prefix caching on, it starts holding the longest run of the
   /// prompt's leading full blocks that is cached (sequence::cached_tokens()); feed the rest.
   sequence open(std::span<const std::int32_t> prompt = {}) {
@@ -759,5 +783,43 @@ class model {
   std::unique_ptr<frugal::kv_cache> kv_;
   frugal::kv_salt salt_;
 };
+
+/// @brief llama-perplexity's method over @p tokens: chunks of @p ctx tokens (the first @p chunks of them,
+/// all when 0), each from an empty sequence, its first token replaced by @p first_token when given; the
+/// tokens of each chunk's second half are scored. Returns each chunk's sum of negative log-likelihoods
+/// (perplexity = exp(sum of all / (chunks * (ctx - 1 - ctx / 2)))).
+inline std::vector<double> chunk_nll(model& m, std::span<const std::int32_t> tokens, std::size_t ctx,
+                                     std::size_t chunks = 0, q::executor* threads = nullptr,
+                                     std::optional<std::int32_t> first_token = std::nullopt) {
+  if (ctx < 2 || ctx > m.cfg().context)
+    throw std::invalid_argument("llama::chunk_nll: ctx " + std::to_string(ctx) + " is not in [2, " +
+                                std::to_string(m.cfg().context) + "]");
+  const std::size_t have = tokens.size() / ctx;
+  if (chunks == 0) chunks = have;
+  if (chunks == 0 || chunks > have)
+    throw std::invalid_argument("llama::chunk_nll: " + std::to_string(tokens.size()) + " tokens hold " +
+                                std::to_string(have) + " chunks of " + std::to_string(ctx) + ", not " +
+                                std::to_string(chunks));
+  const std::size_t v = m.cfg().vocab, first = ctx / 2;
+  std::vector<double> out;
+  std::vector<std::int32_t> chunk(ctx);
+  for (std::size_t c = 0; c < chunks; ++c) {
+    std::copy_n(tokens.begin() + static_cast<std::ptrdiff_t>(c * ctx), ctx, chunk.begin());
+    if (first_token) chunk[0] = *first_token;
+    sequence s = m.open();
+    const input e{.seq = &s, .tokens = chunk, .all_logits = true, .logits_from = first};
+    const std::vector<float> l = m.forward(std::span(&e, 1), threads);
+    double sum = 0.0;
+    for (std::size_t i = first; i + 1 < ctx; ++i) {
+      const float* row = l.data() + (i - first) * v;
+      const double mx = *std::max_element(row, row + v);
+      double z = 0.0;
+      for (std::size_t t = 0; t < v; ++t) z += std::exp(static_cast<double>(row[t]) - mx);
+      sum += std::log(z) + mx - row[chunk[i + 1]];
+    }
+    out.push_back(sum);
+  }
+  return out;
+}
 
 }  // namespace llama

@@ -153,11 +153,14 @@ TEST_CASE(
   CHECK(c.cache_saved_time == 45000ns);
   CHECK(c.cache_saved.nanos() == 45000);
   // The cost, 126000 nano-dollars, splits into 300 computed prompt tokens at 100 ns (30000) and 24
-  // generated at 4000 ns (96000): per 1M of the 1300 prompt tokens 30000e6 / 1300 = 23076923.08 and per
-  // 1M of the 24 generated 4e9 ($4).
+  // generated at 4000 ns (96000), spread over every token served, the response hit's 50 prompt and 10
+  // generated tokens included: per 1M of the 1350 prompt tokens 30000e6 / 1350 = 22222222.2 and per 1M of
+  // the 34 generated 96000e6 / 34 = 2823529411.8.
+  CHECK(c.response_prompt_tokens == 50);
+  CHECK(c.response_generated_tokens == 10);
   CHECK(c.cost.nanos() == 126000);
-  CHECK(c.cost_per_million_input.nanos() == 23076923);
-  CHECK(c.cost_per_million_output.nanos() == 4'000'000'000);
+  CHECK(c.cost_per_million_input.nanos() == 22222222);
+  CHECK(c.cost_per_million_output.nanos() == 2'823'529'412);
   CHECK(s.total.prefix_saved.nanos() == 100000);
   CHECK(s.total.response_saved.nanos() == 45000);
 
@@ -225,8 +228,9 @@ TEST_CASE("ledger: token figures in the Prometheus text (promtool-checked) and t
   CHECK(prom_value(text, "frugal_prompt_tokens_total{feature=\"chat\",source=\"computed\"}") == "300");
   CHECK(prom_value(text, "frugal_prompt_tokens_total{feature=\"chat\",source=\"prefix_cache\"}") == "1000");
   CHECK(prom_value(text, "frugal_generated_tokens_total{feature=\"chat\"}") == "24");
-  CHECK(prom_value(text, "frugal_input_cost_per_million_tokens_usd{feature=\"chat\"}") == "0.023076923");
-  CHECK(prom_value(text, "frugal_output_cost_per_million_tokens_usd{feature=\"chat\"}") == "4.00");
+  CHECK(prom_value(text, "frugal_input_cost_per_million_tokens_usd{feature=\"chat\"}") == "0.022222222");
+  CHECK(prom_value(text, "frugal_output_cost_per_million_tokens_usd{feature=\"chat\"}") == "2.823529412");
+  CHECK(prom_value(text, "frugal_response_cache_generated_tokens_total{feature=\"chat\"}") == "10");
   CHECK(prom_value(text, "frugal_prefix_cache_saved_seconds{feature=\"chat\"}") == "0.0001");
   CHECK(prom_value(text, "frugal_prefix_cache_saved_usd{feature=\"chat\"}") == "0.0001");
   CHECK(prom_value(text, "frugal_response_cache_hits_total{feature=\"chat\"}") == "1");
@@ -242,8 +246,9 @@ TEST_CASE("ledger: token figures in the Prometheus text (promtool-checked) and t
   CHECK(f["prompt_tokens"] == 1300);
   CHECK(f["cached_prompt_tokens"] == 1000);
   CHECK(f["generated_tokens"] == 24);
-  CHECK(f["cost_per_million_input"] == "0.023076923");
-  CHECK(f["cost_per_million_output"] == "4.00");
+  CHECK(f["cost_per_million_input"] == "0.022222222");
+  CHECK(f["cost_per_million_output"] == "2.823529412");
+  CHECK(f["response_generated_tokens"] == 10);
   CHECK(f["prefix_saved"] == "0.0001");
   CHECK(f["response_hits"] == 1);
   CHECK(f["response_saved"] == "0.000045");

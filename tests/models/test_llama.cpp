@@ -124,24 +124,7 @@ std::vector<forced> teacher_forced(llama::model& m, std::size_t first, std::size
 std::vector<double> chunk_nll(llama::model& m, std::size_t ctx, std::size_t chunks,
                               frugal::quant::executor* threads) {
   const auto tokens = reference().at("perplexity").at("tokens").get<std::vector<std::int32_t>>();
-  const std::size_t v = m.cfg().vocab, first = ctx / 2;
-  std::vector<double> out;
-  for (std::size_t c = 0; c < chunks; ++c) {
-    const std::span<const std::int32_t> chunk(tokens.data() + c * ctx, ctx);
-    llama::sequence s = m.open();
-    const llama::input e{.seq = &s, .tokens = chunk, .all_logits = true, .logits_from = first};
-    const auto l = m.forward(std::span(&e, 1), threads);
-    double sum = 0.0;
-    for (std::size_t i = first; i + 1 < ctx; ++i) {
-      const float* row = l.data() + (i - first) * v;
-      const double mx = *std::max_element(row, row + v);
-      double z = 0.0;
-      for (std::size_t t = 0; t < v; ++t) z += std::exp(static_cast<double>(row[t]) - mx);
-      sum += std::log(z) + mx - row[chunk[i + 1]];
-    }
-    out.push_back(sum);
-  }
-  return out;
+  return llama::chunk_nll(m, tokens, ctx, chunks, threads);
 }
 
 // Perplexity over fewer than 8 chunks of 128 is too noisy for the 0.5% bound (2 chunks: native 2.9% off), so

@@ -204,6 +204,11 @@ inline void append_prometheus(prometheus_writer& out, const ledger_snapshot& s,
            "Completions served whole by the response cache, by feature.");
   for (const auto& t : s.features)
     w.sample("_response_cache_hits_total", feature(t), std::to_string(t.response_hits));
+  w.family("_response_cache_generated_tokens_total", prometheus_type::counter,
+           "Generated tokens the response cache served without a model step, by feature.");
+  for (const auto& t : s.features)
+    w.sample("_response_cache_generated_tokens_total", feature(t),
+             std::to_string(t.response_generated_tokens));
   w.family("_response_cache_saved_seconds", prometheus_type::gauge,
            "Model time the response cache saved, at the measured cost of its tokens, by feature.");
   for (const auto& t : s.features)
@@ -301,7 +306,8 @@ inline std::string to_prometheus(const ledger_snapshot& s, const prometheus_opti
 /// batch_model{valid,a_seconds,b_seconds}, batching_saved_seconds,
 /// batching_saved, latency_seconds{p50,p90,p99, p999}, generations, prompt_tokens, cached_prompt_tokens,
 /// generated_tokens, cost_per_million_input, cost_per_million_output, prefix_saved_seconds, prefix_saved,
-/// response_hits, response_saved_seconds, response_saved, time_to_first_token_seconds{...},
+/// response_hits, response_prompt_tokens, response_generated_tokens, response_saved_seconds, response_saved,
+/// time_to_first_token_seconds{...},
 /// inter_token_latency_seconds{...}), step_costs{steps, prefill_tokens, decode_tokens, busy_seconds,
 /// fitted, fixed_seconds, prefill_marginal_seconds, decode_marginal_seconds, prefill_token_seconds,
 /// decode_token_seconds}, devices[] (name, gpu_class, billing, hourly_price,
@@ -360,6 +366,8 @@ inline std::string to_json(const ledger_snapshot& s) {
          ",\"cost_per_million_output\":" + m(t.cost_per_million_output) +
          ",\"prefix_saved_seconds\":" + sec(t.prefix_saved_time) + ",\"prefix_saved\":" + m(t.prefix_saved) +
          ",\"response_hits\":" + std::to_string(t.response_hits) +
+         ",\"response_prompt_tokens\":" + std::to_string(t.response_prompt_tokens) +
+         ",\"response_generated_tokens\":" + std::to_string(t.response_generated_tokens) +
          ",\"response_saved_seconds\":" + sec(t.response_saved_time) +
          ",\"response_saved\":" + m(t.response_saved) +
          ",\"time_to_first_token_seconds\":" + pct(t.time_to_first_token) +

@@ -141,9 +141,13 @@ struct feature_figures {
   std::uint64_t prompt_tokens = 0;         ///< of those requests
   std::uint64_t cached_prompt_tokens = 0;  ///< of prompt_tokens, served from the prefix cache
   std::uint64_t generated_tokens = 0;
+  /// Tokens of the requests the response cache answered (record_response_hit): served, not computed.
+  std::uint64_t response_prompt_tokens = 0;
+  std::uint64_t response_generated_tokens = 0;
   /// The feature's cost split between prefill and decode by the measured cost of their tokens (see
-  /// step_cost_model), per 1M prompt tokens (cached ones included, so the prefix cache lowers it) and per
-  /// 1M generated tokens, as providers price them. Zero until record_step_cost() has measured the tokens.
+  /// step_cost_model), per 1M prompt tokens and per 1M generated tokens served, as providers price them:
+  /// the tokens served from the prefix cache and those of response cache hits count, so both caches lower
+  /// it. Zero until record_step_cost() has measured the tokens.
   money cost_per_million_input{};
   money cost_per_million_output{};
   /// What the prefix cache saved: its cached prompt tokens at the measured cost of a prefill token.

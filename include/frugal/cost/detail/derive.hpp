@@ -157,6 +157,8 @@ inline void count_figures(feature_figures& t, const std::array<std::uint64_t, f_
   t.cached_prompt_tokens = c[f_cached_prompt_tokens];
   t.generated_tokens = c[f_generated_tokens];
   t.response_hits = c[f_response_hits];
+  t.response_prompt_tokens = c[f_response_prompt_tokens];
+  t.response_generated_tokens = c[f_response_generated_tokens];
   t.prefix_saved_time = ns_of(token_time(t.cached_prompt_tokens, steps.prefill_token_ns));
   t.response_saved_time = ns_of(add_sat(token_time(c[f_response_prompt_tokens], steps.prefill_token_ns),
                                         token_time(c[f_response_generated_tokens], steps.decode_token_ns)));
@@ -201,8 +203,9 @@ inline void count_figures(feature_figures& t, const std::array<std::uint64_t, f_
           money::from_nanos(0, cur);
 }
 
-// The cost per 1M prompt and generated tokens: the feature's cost split between prefill and decode in
-// proportion to the measured time of the prompt tokens it computed and of the tokens it generated.
+// The cost per 1M prompt and generated tokens served: the feature's cost split between prefill and decode
+// in proportion to the measured time of the prompt tokens it computed and of the tokens it generated, over
+// every token served (response cache hits included).
 inline void token_prices(feature_figures& t, const step_cost_model& steps) {
   const std::uint64_t computed = t.prompt_tokens - std::min(t.prompt_tokens, t.cached_prompt_tokens);
   const std::uint64_t prefill = token_time(computed, steps.prefill_token_ns);
@@ -213,9 +216,10 @@ inline void token_prices(feature_figures& t, const step_cost_model& steps) {
   const money input = whole ? price_share(t.cost, prefill, whole) : zero;
   const money output = whole ? saturated_money(int128(t.cost.nanos()) - input.nanos(), t.cost.cur()) : zero;
   constexpr std::uint64_t million = 1'000'000;
-  t.cost_per_million_input = t.prompt_tokens && prefill ? price_share(input, million, t.prompt_tokens) : zero;
-  t.cost_per_million_output =
-      t.generated_tokens && decode ? price_share(output, million, t.generated_tokens) : zero;
+  const std::uint64_t served_in = add_sat(t.prompt_tokens, t.response_prompt_tokens);
+  const std::uint64_t served_out = add_sat(t.generated_tokens, t.response_generated_tokens);
+  t.cost_per_million_input = served_in && prefill ? price_share(input, million, served_in) : zero;
+  t.cost_per_million_output = served_out && decode ? price_share(output, million, served_out) : zero;
 }
 
 inline ledger_snapshot derive(std::shared_ptr<const ledger_config> cfg, raw_state now,
