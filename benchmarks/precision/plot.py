@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """Draws the precision comparison from bench_precision's Google Benchmark JSON (and, when given, the
-Markdown table of bench_gpu_gemm) into PNG plots and a Markdown table.
+Markdown table of bench_gpu_gemm) into PNG plots and a Markdown table; with --llm, the language model's
+comparison from llm.sh (llm.json, first collected from llm.sh's raw outputs when --llm-raw names them).
 
     plot.py --cpu cpu.json [--gpu gpu.md] --out DIR [--commit SHA] [--command "..."]
+    plot.py --llm llm.json [--llm-raw RAW --llm-setup KEY=VALUE...] --out DIR [--commit SHA] [--command "..."]
 """
 import argparse
 import datetime
@@ -21,7 +23,7 @@ try:
 except ImportError:
     sys.exit("plot.py needs matplotlib: apt-get install -y python3-matplotlib")
 
-ORDER = ["fp32", "fp16", "bf16", "int8_w8a8", "int8_w8a8_smoothquant", "int8_w8a8_reduce_range",
+ORDER = ["fp32", "native", "fp16", "bf16", "int8_w8a8", "int8_w8a8_smoothquant", "int8_w8a8_reduce_range",
          "int8_w8a8_smoothquant_reduce_range", "w8a16", "w4a16_g128"]
 PRETTY = {
     "fp32": "fp32 (Eigen)",
@@ -33,6 +35,7 @@ PRETTY = {
     "int8_w8a8_smoothquant_reduce_range": "int8 W8A8 + SQ, 7-bit acts",
     "w8a16": "W8A16 (int8 weight-only)",
     "w4a16_g128": "W4A16 (int4 g128)",
+    "native": "native (the file's Q4_1)",
 }
 COLORS = {
     "fp32": "#222222",
@@ -44,10 +47,11 @@ COLORS = {
     "int8_w8a8_smoothquant_reduce_range": "#bcbd22",
     "w8a16": "#2ca02c",
     "w4a16_g128": "#9467bd",
+    "native": "#8c564b",
 }
 MARKERS = {"fp32": "o", "fp16": "s", "bf16": "D", "int8_w8a8": "^", "int8_w8a8_smoothquant": "v",
            "int8_w8a8_reduce_range": "<", "int8_w8a8_smoothquant_reduce_range": ">", "w8a16": "P",
-           "w4a16_g128": "X"}
+           "w4a16_g128": "X", "native": "h"}
 MIB = 1024.0 * 1024.0
 
 
@@ -129,6 +133,12 @@ def baseline(rows, n, k, cold=False):
     return {r["M"]: r for r in by(rows, "fp32", n, k, cold)}
 
 
+def save_figure(fig, out, name):
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, name), dpi=110)
+    plt.close(fig)
+
+
 def m_ticks(ax, ms):
     ax.set_xticks(ms)
     ax.set_xticklabels([str(m) for m in ms])
@@ -164,9 +174,7 @@ def plot_throughput(rows, out):
                                                      lambda t, f=flop_per_token: t * f / 1e9))
         sec.set_ylabel("tokens/s")
     axes[0][0].legend(fontsize=8, loc="lower right")
-    fig.tight_layout()
-    fig.savefig(os.path.join(out, "cpu_throughput.png"), dpi=110)
-    plt.close(fig)
+    save_figure(fig, out, "cpu_throughput.png")
 
 
 def plot_speedup(rows, out):
@@ -191,9 +199,7 @@ def plot_speedup(rows, out):
         ax.set_title(f"CPU speedup over Eigen fp32, N={n}, K={k}")
         ax.grid(True, which="both", alpha=0.3)
     axes[0][0].legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(os.path.join(out, "cpu_speedup.png"), dpi=110)
-    plt.close(fig)
+    save_figure(fig, out, "cpu_speedup.png")
 
 
 def plot_memory(rows, out):
@@ -218,9 +224,7 @@ def plot_memory(rows, out):
     ax.set_title("Weight memory per precision (one layer)")
     ax.legend()
     ax.margins(y=0.15)
-    fig.tight_layout()
-    fig.savefig(os.path.join(out, "memory.png"), dpi=110)
-    plt.close(fig)
+    save_figure(fig, out, "memory.png")
 
 
 def plot_tradeoff(rows, out):
@@ -255,9 +259,7 @@ def plot_tradeoff(rows, out):
     ax.set_title(f"Accuracy vs speed, N={n}, K={k} (outlier weights and activations)")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8, loc="best")
-    fig.tight_layout()
-    fig.savefig(os.path.join(out, "cpu_tradeoff.png"), dpi=110)
-    plt.close(fig)
+    save_figure(fig, out, "cpu_tradeoff.png")
 
 
 def plot_cold(rows, out):
@@ -286,9 +288,7 @@ def plot_cold(rows, out):
         ax.set_title(f"Decode (M=1), N={n}, K={k}: cached vs DRAM weights")
         ax.legend(fontsize=8)
         ax.margins(y=0.12)
-    fig.tight_layout()
-    fig.savefig(os.path.join(out, "cpu_decode_dram.png"), dpi=110)
-    plt.close(fig)
+    save_figure(fig, out, "cpu_decode_dram.png")
     return True
 
 
@@ -331,9 +331,7 @@ def plot_gpu(rows, out):
             ax.set_title(f"GPU GEMM, N={n}, K={k}")
             ax.grid(True, which="both", alpha=0.3)
             ax.legend(fontsize=8)
-        fig.tight_layout()
-        fig.savefig(os.path.join(out, fname), dpi=110)
-        plt.close(fig)
+        save_figure(fig, out, fname)
         made.append(fname)
     return made
 
@@ -427,16 +425,306 @@ def write_table(ctx, rows, gpu, out, commit, command, model=""):
     return text
 
 
+# The language model (llm.sh): frugal_generate's precision names, drawn in the colours of their GEMM above.
+LLM_STYLE = {"fp32": ("fp32", "fp32 (Eigen)"), "native": ("native", "native (Q4_1 blocks)"),
+             "int8": ("int8_w8a8", "int8 W8A8"), "int4": ("w4a16_g128", "int4 W4A16 g64/g128")}
+MB = 1e6
+NO_16BIT = ("not measured: frugal has no CPU GEMM with fp16 or bf16 weights. include/frugal/quant/ converts "
+            "16-bit values to fp32 and multiplies fp32, int8, int4 and GGUF-block (Q4_1, Q8_0) weights only; the encoder's fp16/bf16 "
+            "widens each layer's weights to fp32 per call, which moves more bytes than fp32 itself")
+
+
+def llm_color(p):
+    return COLORS.get(LLM_STYLE.get(p, (p,))[0])
+
+
+def llm_label(p):
+    return LLM_STYLE.get(p, (p, p))[1]
+
+
+def read_json_lines(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def agreement(ref, other):
+    """Greedy agreement of one precision's generations with fp32's, prompt by prompt."""
+    if [r["prompt"] for r in ref] != [o["prompt"] for o in other]:
+        sys.exit("plot.py: the generations do not answer the same prompts in the same order")
+    prefix = []
+    for r, o in zip(ref, other):
+        a, b = r["ids"], o["ids"]
+        n = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+        prefix.append((n, max(len(a), len(b))))
+    return {"prompts": len(prefix),
+            "exact": sum(n == total for n, total in prefix) / len(prefix),
+            "prefix_share": sum(n / total if total else 1.0 for n, total in prefix) / len(prefix),
+            "first_difference": [n if n < total else None for n, total in prefix]}
+
+
+def collect_llm(raw, setup, commit, command, cpu_model):
+    """Turns llm.sh's raw outputs into llm.json's document."""
+    load = {}
+    with open(os.path.join(raw, "loadavg.txt")) as f:
+        for line in f:
+            step, *avg = line.split()
+            load[step] = [float(x) for x in avg]
+    precs = [step.split("-", 1)[1] for step in load if step.startswith("perplexity-")]
+    with open(os.path.join(raw, "cpu_flags.txt")) as f:
+        flags = f.read().split()
+    ref = read_json_lines(os.path.join(raw, "generate-fp32.jsonl"))
+    rows = []
+    for p in precs:
+        with open(os.path.join(raw, f"perplexity-{p}.json")) as f:
+            ppl = json.load(f)
+        with open(os.path.join(raw, f"generate-{p}.stats.json")) as f:
+            stats = json.loads(f.read().strip().splitlines()[-1])
+        speed = {}
+        for name in sorted(os.listdir(raw)):
+            m = re.fullmatch(rf"bench-{re.escape(p)}-t(\d+)\.json", name)
+            if m:
+                with open(os.path.join(raw, name)) as f:
+                    b = json.load(f)
+                speed[m.group(1)] = {"prefill": b["prefill_tokens_per_s"], "decode": b["decode_tokens_per_s"],
+                                     "load_avg": load.get(f"bench-{p}-t{m.group(1)}")}
+                fixed = {k: b[k] for k in ("weight_bytes", "kv_bytes_per_token", "context", "isa", "n_prompt",
+                                           "n_gen", "repetitions")}
+        rows.append({"precision": p, **fixed,
+                     "kv_bytes_at_context": fixed["kv_bytes_per_token"] * fixed["context"],
+                     "perplexity": ppl["perplexity"], "perplexity_chunks": ppl["chunks"],
+                     "scored_tokens": ppl["scored_tokens"],
+                     "generation": {"prefill_tokens_per_s": stats["prefill_tokens_per_s"],
+                                    "decode_tokens_per_s": stats["decode_tokens_per_s"], "kv_mb_peak": stats["kv_mb"]},
+                     "agreement": agreement(ref, read_json_lines(os.path.join(raw, f"generate-{p}.jsonl"))),
+                     "speed": speed})
+    base = rows[0]["perplexity"]
+    for r in rows:
+        r["perplexity_vs_fp32"] = r["perplexity"] / base - 1.0
+    return {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "commit": commit, "command": command,
+            "machine": {"cpu_model": cpu_model, "cpu_flags": flags, "load_avg": load},
+            "setup": setup, "precisions": rows, "not_measured": {"fp16": NO_16BIT, "bf16": NO_16BIT}}
+
+
+def annotated_bars(ax, xs, vals, width, notes, **kw):
+    bars = ax.bar(xs, vals, width, **kw)
+    for bar, note in zip(bars, notes):
+        ax.annotate(note, (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center", va="bottom",
+                    fontsize=7)
+    return bars
+
+
+def precision_axis(ax, precs, ylabel, title, legend=None):
+    """One precision per tick; legend: where the legend goes (none without)."""
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    if legend:
+        ax.legend(fontsize=8, loc=legend)
+    ax.set_xticks(range(len(precs)))
+    ax.set_xticklabels([textwrap.fill(llm_label(p), 14) for p in precs], fontsize=8)
+    ax.margins(y=0.15)
+
+
+def plot_llm_quality(doc, out):
+    rows = doc["precisions"]
+    precs = [r["precision"] for r in rows]
+    colors = [llm_color(p) for p in precs]
+    fig, (a, b) = plt.subplots(1, 2, figsize=(13, 5))
+    annotated_bars(a, range(len(rows)), [r["perplexity"] for r in rows], 0.6,
+                   [f"{r['perplexity']:.2f}\n{r['perplexity_vs_fp32']:+.1%}" for r in rows], color=colors)
+    a.axhline(rows[0]["perplexity"], color=COLORS["fp32"], linestyle="--", linewidth=1)
+    precision_axis(a, precs, f"perplexity, ctx {doc['setup'].get('ctx', '?')} (lower is better)",
+                   f"Perplexity on {os.path.basename(doc['setup'].get('text', '?'))} (vs fp32)")
+    for j, (key, label, hatch) in enumerate((("exact", "prompts equal to fp32's", None),
+                                             ("prefix_share", "mean share of tokens before the first difference",
+                                              "//"))):
+        vals = [r["agreement"][key] for r in rows]
+        annotated_bars(b, [i + (j - 0.5) * 0.4 for i in range(len(rows))], vals, 0.4, [f"{v:.0%}" for v in vals],
+                       color=colors, hatch=hatch, alpha=0.55 if hatch else 0.9, edgecolor="black", linewidth=0.5,
+                       label=label)
+    b.set_ylim(0, 1.15)
+    b.yaxis.set_major_formatter(matplotlib.ticker.PercentFormatter(1.0))
+    precision_axis(b, precs, "share", f"Greedy agreement with fp32, {rows[0]['agreement']['prompts']} chat prompts, "
+                   f"{doc['setup'].get('max_tokens', '?')} tokens", legend="upper right")
+    save_figure(fig, out, "llm_quality.png")
+
+
+def plot_llm_speed(doc, out):
+    rows = doc["precisions"]
+    precs = [r["precision"] for r in rows]
+    threads = sorted({t for r in rows for t in r["speed"]}, key=int)
+    fig, axes = plt.subplots(1, 2, figsize=(13, 5))
+    for ax, phase, n in zip(axes, ("prefill", "decode"), ("n_prompt", "n_gen")):
+        width = 0.8 / len(threads)
+        for j, t in enumerate(threads):
+            vals = [r["speed"].get(t, {}).get(phase, {}).get("mean", 0.0) for r in rows]
+            sds = [r["speed"].get(t, {}).get(phase, {}).get("sd", 0.0) for r in rows]
+            annotated_bars(ax, [i + (j - (len(threads) - 1) / 2) * width for i in range(len(rows))], vals, width,
+                           [f"{v:.0f}" for v in vals], yerr=sds, capsize=3, color=[llm_color(p) for p in precs],
+                           hatch="//" if j else None, alpha=0.9 - 0.35 * j / len(threads), edgecolor="black",
+                           linewidth=0.5,
+                           label=f"{t} thread{'s' if t != '1' else ''}")
+        precision_axis(ax, precs, "tokens/s (mean ± sd)",
+                       f"{phase.capitalize()}, {rows[0][n]} tokens from an empty cache", legend="best")
+    save_figure(fig, out, "llm_speed.png")
+
+
+def plot_llm_memory(doc, out):
+    rows = doc["precisions"]
+    precs = [r["precision"] for r in rows]
+    base = rows[0]["weight_bytes"]
+    fig, ax = plt.subplots(figsize=(9, 5))
+    annotated_bars(ax, range(len(rows)), [r["weight_bytes"] / MB for r in rows], 0.6,
+                   [f"{r['weight_bytes'] / MB:.1f}" + (f"\n{base / r['weight_bytes']:.1f}x smaller"
+                                                       if r["weight_bytes"] != base else "") for r in rows],
+                   color=[llm_color(p) for p in precs])
+    kv = rows[0]["kv_bytes_per_token"]
+    for tokens, style in ((int(doc["setup"].get("ctx", 512)), ":"), (rows[0]["context"], "--")):
+        ax.axhline(kv * tokens / MB, color="gray", linestyle=style, linewidth=1,
+                   label=f"KV cache of one sequence at {tokens} tokens: {kv * tokens / MB:.1f} MB")
+    precision_axis(ax, precs, "MB (10^6 bytes)",
+                   f"Weights per precision; the KV cache is fp32 in all ({kv / 1024:.0f} KiB per token)",
+                   legend="best")
+    save_figure(fig, out, "llm_memory.png")
+
+
+def plot_llm_tradeoff(doc, out):
+    rows = doc["precisions"]
+    t = min((t for r in rows for t in r["speed"]), key=int, default=None)
+    if t is None:
+        return False
+    fig, ax = plt.subplots(figsize=(8, 5.5))
+    for r in rows:
+        p, x = r["precision"], r["speed"][t]["decode"]["mean"]
+        ax.scatter(x, r["perplexity"], s=40 + r["weight_bytes"] / MB, color=llm_color(p),
+                   marker=MARKERS.get(LLM_STYLE.get(p, (p,))[0], "o"), alpha=0.85)
+        ax.annotate(f"{llm_label(p)}, {r['weight_bytes'] / MB:.0f} MB", (x, r["perplexity"]), textcoords="offset points",
+                    xytext=(8, 8), fontsize=8)
+    ax.set_xlabel(f"decode tokens/s, {t} thread{'s' if t != '1' else ''}")
+    ax.set_ylabel("perplexity (lower is better)")
+    ax.set_title("Accuracy against decode speed (marker area: weight MB)")
+    ax.grid(True, alpha=0.3)
+    ax.margins(x=0.2, y=0.1)
+    save_figure(fig, out, "llm_tradeoff.png")
+    return True
+
+
+def load_range(doc, prefix):
+    vals = [v[0] for k, v in doc["machine"]["load_avg"].items() if k.startswith(prefix)]
+    return f"{min(vals):.1f}-{max(vals):.1f}" if vals else "?"
+
+
+def write_llm_table(doc, out):
+    rows, setup, mach = doc["precisions"], doc["setup"], doc["machine"]
+    threads = sorted({t for r in rows for t in r["speed"]}, key=int)
+    isas = sorted({r["isa"] for r in rows})
+    start, end = mach["load_avg"].get("start", []), mach["load_avg"].get("end", [])
+    lines = [f"- **Date:** {doc['date']}",
+             f"- **Machine:** {mach['cpu_model']}, {setup.get('nproc', '?')} CPUs; flags: {' '.join(mach['cpu_flags'])}; "
+             f"ISA path of frugal's kernels: {', '.join(isas)}",
+             f"- **Load average** (1 min): {start[0] if start else '?'} at the start, {end[0] if end else '?'} at the end, "
+             f"{load_range(doc, 'bench-')} before the speed runs, {load_range(doc, 'perplexity-')} before the "
+             "perplexity runs (the machine is shared: speed figures are lower bounds; perplexity and agreement are "
+             "deterministic)",
+             f"- **Commit:** `{doc['commit']}`",
+             f"- **Command:** `{doc['command']}`",
+             f"- **Model:** `{setup.get('model', '?')}`",
+             "",
+             "| precision | ISA path | weights MB | perplexity | vs fp32 | greedy: prompts equal to fp32 | "
+             f"greedy: tokens before the first difference | "
+             + " | ".join(f"prefill tok/s, {t}T" for t in threads) + " | "
+             + " | ".join(f"decode tok/s, {t}T" for t in threads) + " |",
+             "|---|---|---:|---:|---:|---:|---:|" + "---:|" * (2 * len(threads))]
+    for r in rows:
+        a = r["agreement"]
+        ref = r["precision"] == "fp32"
+
+        def rate(t, phase):
+            s = r["speed"].get(t, {}).get(phase)
+            return f"{s['mean']:.0f} ± {s['sd']:.0f}" if s else "—"
+
+        same = round(a["exact"] * a["prompts"])
+        quality = (["reference"] * 3 if ref else
+                   [f"{r['perplexity_vs_fp32']:+.2%}", f"{a['exact']:.0%} ({same}/{a['prompts']})",
+                    f"{a['prefix_share']:.0%}"])
+        lines.append(f"| {llm_label(r['precision'])} | {r['isa']} | {r['weight_bytes'] / MB:.1f} | "
+                     f"{r['perplexity']:.4f} | " + " | ".join(quality) + " | "
+                     + " | ".join(rate(t, "prefill") for t in threads) + " | "
+                     + " | ".join(rate(t, "decode") for t in threads) + " |")
+    for p in doc.get("not_measured", {}):
+        lines.append(f"| {p} | no CPU GEMM | — | — | — | — | — | " + " | ".join("—" for _ in range(2 * len(threads))) + " |")
+    r0 = rows[0]
+    kv, ctx = r0["kv_bytes_per_token"], int(setup.get("ctx", 512))
+    lines += ["",
+              "**KV cache** (fp32 K and V of every layer, the same in every precision): "
+              f"{kv} bytes ({kv / 1024:.0f} KiB) per token of one sequence; {kv * ctx / MB:.1f} MB at {ctx} tokens, "
+              f"{r0['kv_bytes_at_context'] / MB:.1f} MB at the model's context of {r0['context']} tokens.",
+              "",
+              f"- **Perplexity:** `frugal_generate --perplexity {setup.get('text', '?')} --ctx {ctx}` (llama-perplexity's "
+              f"method: {r0['perplexity_chunks']} chunks, {r0['scored_tokens']} scored tokens).",
+              f"- **Greedy agreement:** `frugal_generate --chat --input {setup.get('prompts', '?')} --max-tokens "
+              f"{setup.get('max_tokens', '?')} --temperature 0 --parallel 1`, {r0['agreement']['prompts']} prompts; a "
+              "prompt agrees when its tokens equal fp32's exactly; the second figure is the mean over prompts of the "
+              "tokens before the first difference over the longer answer's length. One prompt per step, as fp32's "
+              "Eigen GEMMs round differently at other batch sizes.",
+              f"- **Speed:** `frugal_generate --bench --n-prompt {r0['n_prompt']} --n-gen {r0['n_gen']} --repetitions "
+              f"{r0['repetitions']} --threads T` (llama-bench's method: random tokens, prefill in one pass, then "
+              "single-token decode steps, each from an empty cache, after one warm-up run), mean ± sd of the "
+              "repetitions; precisions interleaved per thread count.",
+              "- **MB** are 10^6 bytes; weights include scales and zero points.",
+              "- **int4** is frugal's groupwise asymmetric W4A16: groups of 128 where K allows it; SmolLM2's K = 576 "
+              "(Q/K/V, O, gate/up and the output projection) is not a multiple of 128 and takes groups of 64; the FFN "
+              "down projection (K = 1536) keeps 128. It re-quantizes weights that are already Q4_1.",
+              "- **native** keeps the file's Q4_1 blocks (Q8_0 where the file has them) on `quant::gemm_ggml`; "
+              "**int8** is W8A8, per-channel weights from the dequantized file and per-token activations, without "
+              "SmoothQuant; **fp32** dequantizes the file once.",
+              f"- **fp16, bf16:** {NO_16BIT}.",
+              ""]
+    text = "\n".join(lines)
+    with open(os.path.join(out, "llm.md"), "w") as f:
+        f.write(text)
+    return text
+
+
+def llm_main(a):
+    if a.llm_raw:
+        setup = dict(kv.split("=", 1) for kv in a.llm_setup)
+        doc = collect_llm(a.llm_raw, setup, a.commit, a.command, a.cpu_model)
+        with open(a.llm, "w") as f:
+            json.dump(doc, f, indent=1)
+            f.write("\n")
+    with open(a.llm) as f:
+        doc = json.load(f)
+    plot_llm_quality(doc, a.out)
+    plot_llm_speed(doc, a.out)
+    plot_llm_memory(doc, a.out)
+    made = ["llm_quality.png", "llm_speed.png", "llm_memory.png"]
+    if plot_llm_tradeoff(doc, a.out):
+        made.append("llm_tradeoff.png")
+    print(write_llm_table(doc, a.out))
+    print("wrote " + ", ".join(os.path.join(a.out, m) for m in made + ["llm.md"]))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--cpu", required=True, help="bench_precision's --benchmark_out JSON")
+    ap.add_argument("--cpu", help="bench_precision's --benchmark_out JSON")
     ap.add_argument("--gpu", help="bench_gpu_gemm's --md table, if it ran")
     ap.add_argument("--out", required=True, help="folder for the PNGs and results.md")
     ap.add_argument("--commit", default="")
     ap.add_argument("--command", default="")
     ap.add_argument("--cpu-model", default="", help="the CPU's model name, for the machine line")
+    ap.add_argument("--llm", help="llm.json: the language model's comparison (written first with --llm-raw)")
+    ap.add_argument("--llm-raw", help="llm.sh's raw outputs, collected into --llm")
+    ap.add_argument("--llm-setup", nargs="*", default=[], metavar="KEY=VALUE", help="llm.sh's settings, with --llm-raw")
     a = ap.parse_args()
+    if bool(a.cpu) == bool(a.llm):
+        ap.error("give one of --cpu and --llm")
+    if a.llm_raw and not a.llm:
+        ap.error("--llm-raw goes with --llm")
     os.makedirs(a.out, exist_ok=True)
+    if a.llm:
+        llm_main(a)
+        return
     ctx, rows = load_cpu(a.cpu)
     if not rows:
         sys.exit(f"plot.py: no gemm/... benchmarks in {a.cpu}")

@@ -8,12 +8,6 @@
 # repetition, default 0.1), FILTER (a benchmark regex).
 set -euo pipefail
 
-if [[ $# -ne 1 ]]; then
-  echo "usage: $0 <out-dir>" >&2
-  exit 2
-fi
-mkdir -p "$1"
-out=$(cd "$1" && pwd)
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../.." && pwd)
 build=${FRUGAL_PRECISION_BUILD:-$root/build/precision}
@@ -21,24 +15,10 @@ jobs=${JOBS:-2}
 reps=${REPS:-5}
 min_time=${MIN_TIME:-0.1}
 
-# Debian's python3-matplotlib belongs to /usr/bin/python3, which need not be the python3 on PATH.
-python=
-for candidate in ${PYTHON:-} /usr/bin/python3 python3; do
-  if "$candidate" -c 'import matplotlib' 2>/dev/null; then
-    python=$candidate
-    break
-  fi
-done
-if [[ -z $python ]]; then
-  if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null; then
-    echo "precision: installing python3-matplotlib" >&2
-    DEBIAN_FRONTEND=noninteractive apt-get install -y python3-matplotlib >&2
-    python=/usr/bin/python3
-  else
-    echo "precision: matplotlib is missing; run as root: apt-get install -y python3-matplotlib" >&2
-    exit 1
-  fi
-fi
+# shellcheck source=benchmarks/precision/common.sh
+source "$here/common.sh"
+out=$(out_dir "$0" "$@")
+python=$(matplotlib_python)
 
 gpu=OFF
 if command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
@@ -75,11 +55,7 @@ args=(--benchmark_repetitions="$reps" --benchmark_report_aggregates_only=true --
 [[ -n ${FILTER:-} ]] && args+=(--benchmark_filter="$FILTER")
 "$build/benchmarks/bench_precision" "${args[@]}" | tee "$build/cpu.txt"
 
-commit=$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)
-# Name what the commit does not contain, so the figures can be traced to their code.
-dirty=$(git -C "$root" status --porcelain -- include benchmarks/precision.cmake benchmarks/precision \
-  ':!benchmarks/precision/results' 2>/dev/null | awk '{print $2}' | cut -d/ -f1-3 | sort -u | tr '\n' ' ')
-[[ -z $dirty ]] || commit="$commit, plus uncommitted ${dirty% }"
-cpu_model=$(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2- | sed 's/^ *//' || true)
+commit=$(measured_commit "$root" include benchmarks/precision.cmake benchmarks/precision)
+cpu_model=$(cpu_model_name)
 "$python" "$here/plot.py" --cpu "$out/cpu.json" "${gpu_md[@]}" --out "$out" --commit "$commit" \
   --command "benchmarks/precision/run.sh $1" --cpu-model "${cpu_model:-unknown}"

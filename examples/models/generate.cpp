@@ -274,6 +274,8 @@ int main(int argc, char** argv) try {
                                 {"precision", llama::to_string(prec)},
                                 {"isa", isa_of(prec)},
                                 {"weight_bytes", m->weight_bytes()},
+                                {"kv_bytes_per_token", c.kv_bytes_per_token()},
+                                {"context", c.context},
                                 {"load_ms", load_s * 1e3},
                                 {"peak_rss_bytes", peak_rss_bytes()}}
                      .dump()

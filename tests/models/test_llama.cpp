@@ -461,6 +461,8 @@ TEST_CASE("llama: frugal_generate end to end" * needs(gguf_model())) {
     CHECK(j.at("prefill_tokens_per_s").at("mean").get<double>() > 0.0);
     CHECK(j.at("decode_tokens_per_s").at("mean").get<double>() > 0.0);
     CHECK(j.at("weight_bytes").get<std::size_t>() == m.weight_bytes());
+    CHECK(j.at("kv_bytes_per_token").get<std::size_t>() == m.cfg().kv_bytes_per_token());
+    CHECK(j.at("context").get<std::size_t>() == m.cfg().context);
   }
   SUBCASE("bad command lines exit 2 and name the flag; bad files exit 1 and name the file") {
     CHECK(run("--prompt hi --precision int3") == 2);
