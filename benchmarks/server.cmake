@@ -19,3 +19,5 @@ target_link_libraries(bench_chat_load PRIVATE nlohmann_json::nlohmann_json PkgCo
                       Threads::Threads)
 target_compile_features(bench_chat_load PRIVATE cxx_std_20)
 frugal_warnings(bench_chat_load)
+# In the benchmarks' folder wherever it is defined, so that chat_vs_llama_server.sh finds it.
+set_target_properties(bench_chat_load PROPERTIES RUNTIME_OUTPUT_DIRECTORY "${CMAKE_BINARY_DIR}/benchmarks")

@@ -173,6 +173,7 @@ struct record {
   bool done = false;                // [DONE] seen
   bool disconnect_planned = false;  // overload: this client leaves after disconnect_after deltas
   bool disconnected = false;        // and it did
+  std::size_t stale_retries = 0;    // see run_one
   std::string error;                // empty: none
   std::string error_detail;
 
@@ -226,9 +227,21 @@ json request_body(const options& o, const chat_trace::request& q) {
 
 double since(clk::time_point a, clk::time_point b) { return std::chrono::duration<double>(b - a).count(); }
 
-// Sends one streamed request on @p c and fills @p r.
-void run_one(httplib::Client& c, const options& o, const std::string& body, clk::time_point t_run,
-             record& r) {
+httplib::Client make_client(const options& o) {
+  httplib::Client c(o.host, o.port);
+  c.set_keep_alive(true);
+  c.set_tcp_nodelay(true);
+  c.set_connection_timeout(5, 0);
+  const auto whole = static_cast<time_t>(o.timeout_s);
+  const auto usec = static_cast<time_t>((o.timeout_s - static_cast<double>(whole)) * 1e6);
+  c.set_read_timeout(whole, usec);
+  c.set_write_timeout(whole, usec);
+  return c;
+}
+
+// Sends one streamed request on @p c and fills @p r; returns httplib's error.
+httplib::Error attempt(httplib::Client& c, const options& o, const std::string& body, clk::time_point t_run,
+                       record& r) {
   const auto t0 = clk::now();
   r.start_s = since(t_run, t0);
   std::optional<clk::time_point> last;
@@ -309,11 +322,7 @@ void run_one(httplib::Client& c, const options& o, const std::string& body, clk:
   httplib::Error err = httplib::Error::Success;
   const bool sent = c.send(req, res, err);
   r.e2e_s = since(t0, clk::now());
-  if (r.disconnected) return;
-  if (!r.error.empty()) {
-    if (stop_reading) c.stop();  // the rest of the stream is unread: the connection cannot be reused
-    return;
-  }
+  if (r.disconnected || !r.error.empty()) return err;
   if (r.status == 0) {
     r.error = err == httplib::Error::Connection ? "connect" : "transport";
     r.error_detail = httplib::to_string(err);
@@ -327,18 +336,40 @@ void run_one(httplib::Client& c, const options& o, const std::string& body, clk:
     r.error = "missing_done";
     r.error_detail = sse.pending() ? "a partial event at the end" : "the stream ended without [DONE]";
   }
+  return err;
 }
 
-httplib::Client make_client(const options& o) {
-  httplib::Client c(o.host, o.port);
-  c.set_keep_alive(true);
-  c.set_tcp_nodelay(true);
-  c.set_connection_timeout(5, 0);
-  const auto whole = static_cast<time_t>(o.timeout_s);
-  const auto usec = static_cast<time_t>((o.timeout_s - static_cast<double>(whole)) * 1e6);
-  c.set_read_timeout(whole, usec);
-  c.set_write_timeout(whole, usec);
-  return c;
+// A worker's keep-alive connection; a new one after anything but a clean end.
+struct connection {
+  std::unique_ptr<httplib::Client> client;
+  bool used = false;
+};
+
+// Sends one streamed request on @p conn and fills @p r. A reused keep-alive connection that the server
+// closed just as the request went out fails before any response (llama-server closes some after a stream,
+// and the close can cross the next request): that request is sent again once, on a new connection, and
+// counted in stale_retries.
+void run_one(connection& conn, const options& o, const std::string& body, clk::time_point t_run, record& r) {
+  const record blank = r;
+  for (int tries = 0;; ++tries) {
+    const bool reused = conn.client && conn.used;
+    if (!conn.client) {
+      conn.client = std::make_unique<httplib::Client>(make_client(o));
+      conn.used = false;
+    }
+    const httplib::Error err = attempt(*conn.client, o, body, t_run, r);
+    conn.used = true;
+    const bool clean = r.error.empty() && !r.disconnected;
+    if (!clean) conn.client.reset();
+    if (reused && tries == 0 && r.status == 0 &&
+        (err == httplib::Error::Read || err == httplib::Error::Write)) {
+      const std::size_t stale = r.stale_retries + 1;
+      r = blank;
+      r.stale_retries = stale;
+      continue;
+    }
+    return;
+  }
 }
 
 json distribution(std::vector<double> v) {
@@ -383,6 +414,7 @@ json to_json(const record& r) {
   if (r.rejected()) j["retry_after"] = r.retry_after;
   if (r.disconnect_planned) j["disconnected"] = r.disconnected;
   if (!r.error_detail.empty()) j["error_detail"] = r.error_detail;
+  if (r.stale_retries) j["stale_retries"] = r.stale_retries;
   return j;
 }
 
@@ -391,9 +423,10 @@ json summarize(const options& o, const std::vector<record>& rs, double wall_s) {
   std::map<std::string, std::size_t> errors;
   std::vector<double> ttft, itl, e2e, rejection;
   std::size_t ok = 0, tokens = 0, deltas = 0, with_usage = 0, prompt = 0, cached = 0, rejected = 0,
-              retry_after = 0, accepted = 0, planned = 0, disconnected = 0;
+              retry_after = 0, accepted = 0, planned = 0, disconnected = 0, stale = 0;
   std::map<std::string, std::size_t> rejected_by;
   for (const record& r : rs) {
+    stale += r.stale_retries;
     tokens += r.tokens();
     deltas += r.deltas;
     if (o.overload && r.rejected()) {
@@ -439,6 +472,7 @@ json summarize(const options& o, const std::vector<record>& rs, double wall_s) {
             {"with_usage", with_usage},
             {"prompt_tokens", prompt},
             {"cached_prompt_tokens", cached},
+            {"stale_connection_retries", stale},
             {"ttft_s", distribution(ttft)},
             {"itl_s", distribution(itl)},
             {"e2e_s", distribution(e2e)},
@@ -470,7 +504,7 @@ std::vector<record> closed_loop(const options& o, const std::vector<chat_trace::
     std::vector<std::jthread> workers;
     for (std::size_t w = 0; w < o.concurrency; ++w)
       workers.emplace_back([&] {
-        httplib::Client c = make_client(o);
+        connection c;
         for (;;) {
           if (clk::now() >= deadline) return;
           const std::size_t i = next.fetch_add(1);
@@ -521,7 +555,7 @@ std::vector<record> open_loop(const options& o, const std::vector<chat_trace::re
     sent[i] = true;
     auto fin = std::make_shared<std::atomic<bool>>(false);
     flights.push_back({std::jthread([&o, &r = rs[i], t_run, fin, body = request_body(o, *rs[i].q).dump()] {
-                         httplib::Client c = make_client(o);
+                         connection c;
                          run_one(c, o, body, t_run, r);
                          fin->store(true);
                        }),
