@@ -95,8 +95,9 @@ if os.path.exists(ov_env_path):
     check("some requests rejected", s["rejected"] > 0, f"{s['rejected']} of {s['requests']}")
     check("every accepted stream completes", s["errors"] == 0,
           f"{s['ok']} completed, {s['disconnected']} left on purpose, errors {s['errors_by_kind']}")
-    check("disconnected clients free their blocks (KV back to idle)", e["idle_after_s"] < 60,
-          f"idle again {e['idle_after_s']} s after the run")
+    check("disconnected clients free their blocks (KV back to idle)", e["idle"] == 1,
+          f"nothing running or waiting and {e['idle_kv_used']} KV blocks used (as before the run) "
+          f"{e['idle_after_s']} s after it" if e["idle"] else f"not idle {e['idle_after_s']} s after the run")
     check("RSS bounded", e["vmhwm_kb"] / 1024 <= bound_mib,
           f"peak {e['vmhwm_kb'] / 1024:.0f} MiB, idle {e['idle_rss_kb'] / 1024:.0f} MiB, bound {bound_mib:.0f} MiB "
           f"(idle + KV budget {e['kv_budget_mb']} MiB + {rss_slack_mb:.0f})")

@@ -188,6 +188,7 @@ EOF
   curl -s "$base/metrics" > "$RAW/overload_before.metrics.txt"
   kv_used='frugal_kv_cache_blocks{model="smollm2",state="used"}'
   idle_used=$(metric "$RAW/overload_before.metrics.txt" "$kv_used")
+  [ -n "$idle_used" ] || die "no $kv_used on frugal_server's /metrics"
   idle_rss=$(rss_kb)
   echo "overload load_avg_before $(cut -d' ' -f1-3 /proc/loadavg)" >> "$WORK/env.txt"
   "$LOAD" --overload --url "$base" --rate "$rate" --duration-s "$OVERLOAD_S" --seed "$SEED" \
@@ -197,11 +198,12 @@ EOF
     die "bench_chat_load --overload failed: $(cat "$WORK/overload.load.err")"
   # Cancelled sequences free their blocks at the scheduler's next sweep: wait for idle, at most 60 s.
   t0=$(date +%s.%N)
+  idle=0
   for _ in $(seq 600); do
     curl -s "$base/metrics" > "$RAW/overload_after.metrics.txt"
     [ "$(metric "$RAW/overload_after.metrics.txt" 'vllm:num_requests_running{model_name="smollm2"}')" = 0 ] &&
       [ "$(metric "$RAW/overload_after.metrics.txt" 'vllm:num_requests_waiting{model_name="smollm2"}')" = 0 ] &&
-      [ "$(metric "$RAW/overload_after.metrics.txt" "$kv_used")" = "$idle_used" ] && break
+      [ "$(metric "$RAW/overload_after.metrics.txt" "$kv_used")" = "$idle_used" ] && { idle=1; break; }
     sleep 0.1
   done
   idle_after_s=$(python3 -c "print(round($(date +%s.%N) - $t0, 2))")
@@ -209,10 +211,10 @@ EOF
   readyz=$(curl -s -o /dev/null -w '%{http_code}' "$base/readyz")
   hwm=$(hwm_kb)
   stop
-  printf '{"idle_rss_kb": %d, "vmhwm_kb": %d, "kv_budget_mb": %d, "idle_kv_used": %s, "idle_after_s": %s,
+  printf '{"idle_rss_kb": %d, "vmhwm_kb": %d, "kv_budget_mb": %d, "idle_kv_used": %s, "idle_after_s": %s, "idle": %d,
   "healthz": %d, "readyz": %d, "exit": %d, "rate_per_s": %s, "capacity_per_s": %s, "max_running": %d,
   "max_waiting": %d}\n' "$idle_rss" "$hwm" "$(kv_mb "$OVERLOAD_MAX_RUNNING")" "$idle_used" "$idle_after_s" \
-    "$healthz" "$readyz" "$EXIT" "$rate" "$capacity" "$OVERLOAD_MAX_RUNNING" "$OVERLOAD_MAX_WAITING" \
+    "$idle" "$healthz" "$readyz" "$EXIT" "$rate" "$capacity" "$OVERLOAD_MAX_RUNNING" "$OVERLOAD_MAX_WAITING" \
     > "$WORK/overload.env.json"
 fi
 echo "load_avg_end $(cut -d' ' -f1-3 /proc/loadavg)" >> "$WORK/env.txt"
