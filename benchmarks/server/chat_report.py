@@ -66,6 +66,7 @@ if os.path.exists(runs_path):
             "e2e_p99_s": s["e2e_s"]["p99"],
             "prompt_tokens": s["prompt_tokens"],
             "cached_prompt_tokens": s["cached_prompt_tokens"],
+            "stale_connection_retries": s["stale_connection_retries"],
             "vmhwm_mib": r["vmhwm_kb"] / 1024,
             "exit": r["exit"],
             "load_avg_before": env.get(f"{r['server']}_c{r['concurrency']}", "").replace("load_avg_before ", ""),
@@ -126,15 +127,16 @@ if "llama_server" in env:
 md += ["", "Closed loop (bench_chat_load, the chat trace, greedy, streamed). TTFT and ITL in ms; RSS is the peak "
        "(VmHWM); cost is frugal's ledger (frugal_server's --hourly-usd).", "",
        "| server | C | ok / sent | errors | out tok/s | TTFT p50 | TTFT p99 | ITL p50 | ITL p99 | e2e p50 (s) | "
-       "cached prompt tok | $ / 1M out | peak RSS MiB |",
-       "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+       "cached prompt tok | $ / 1M out | peak RSS MiB | load avg before |",
+       "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
 for r in runs:
     cost = r.get("cost_per_million_output")
     md.append(f"| {r['server']} | {r['concurrency']} | {r['ok']} / {r['requests']} | {r['errors']} | "
               f"{f(r['output_tokens_per_s'])} | {f(r['ttft_p50_ms'])} | {f(r['ttft_p99_ms'])} | "
               f"{f(r['itl_p50_ms'])} | {f(r['itl_p99_ms'])} | {f(r['e2e_p50_s'], '{:.2f}')} | "
               f"{r['cached_prompt_tokens']} / {r['prompt_tokens']} | "
-              f"{'-' if not cost else '{:.4f}'.format(cost['value'])} | {f(r['vmhwm_mib'], '{:.0f}')} |")
+              f"{'-' if not cost else '{:.4f}'.format(cost['value'])} | {f(r['vmhwm_mib'], '{:.0f}')} | "
+              f"{r['load_avg_before']} |")
 if overload:
     s, e = overload["load"], overload["server"]
     rej = s["rejection_s"]
