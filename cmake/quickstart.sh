@@ -78,7 +78,7 @@ DEMO_PATH=demo/frugal_demo
 case "${1:-}" in
   demo)
     shift
-    need_packages libutf8proc-dev python3-pip fortunes
+    need_packages libutf8proc-dev python3-pip fortunes python3-matplotlib
     fetch_model
     fetch_gguf_model
     cmake --preset release >/dev/null
@@ -88,9 +88,10 @@ case "${1:-}" in
   test)
     # clang and its runtime for the libFuzzer stage; prometheus (and promtool) for the export check, the
     # server's scrape test and its alert rules; cpp-httplib and wrk for the example server and its load test;
-    # hiredis and redis-server for the Redis tier; hnswlib for the semantic cache; gcovr for coverage.
+    # hiredis and redis-server for the Redis tier; hnswlib for the semantic cache; gcovr for coverage;
+    # matplotlib for the demo's plot.
     need_packages clang libclang-rt-14-dev clang-format gcovr prometheus libutf8proc-dev python3-pip fortunes libhiredis-dev redis-server \
-      libcpp-httplib-dev wrk libhnswlib-dev python3-yaml
+      libcpp-httplib-dev wrk libhnswlib-dev python3-yaml python3-matplotlib
     fetch_model
     fetch_gguf_model
     fetch_kubernetes_validate

@@ -3,10 +3,15 @@
 // ledger's token counts equal the requests' usage; and the loop's response cache answers a repeated greedy
 // request without a model step.
 #include <doctest/doctest.h>
+#include <unistd.h>
 
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <string>
 
 #include "../common/config.hpp"
+#include "../common/write.hpp"
 #include "../support/errors.hpp"
 #include "../support/prometheus.hpp"
 #include "../support/requires.hpp"
@@ -90,6 +95,21 @@ TEST_CASE(
   const std::string report = demo::format_chat_report(cfg, j);
   CHECK(report.find("prefill tokens computed fell") != std::string::npos);
   CHECK(report.find("Cost per 1M output tokens: step 5 is") != std::string::npos);
+
+  // The plot of the ladder: one PNG.
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("frugal_chat_demo_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  examples::write_file((dir / "ladder.json").string(), j.dump());
+  const std::string cmd = "/usr/bin/python3 " FRUGAL_DEMO_PLOT " " + (dir / "ladder.json").string() + " " +
+                          (dir / "ladder.png").string();
+  REQUIRE(std::system(cmd.c_str()) == 0);
+  std::ifstream png(dir / "ladder.png", std::ios::binary);
+  char magic[8] = {};
+  png.read(magic, 8);
+  CHECK(std::string(magic + 1, 3) == "PNG");
+  CHECK(std::filesystem::file_size(dir / "ladder.png") > 10000);
+  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("chat demo: the loop's response cache answers a repeated greedy request without a model step" *
