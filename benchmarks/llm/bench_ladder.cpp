@@ -6,7 +6,8 @@
 //      Orca paper's baseline);
 //   3. iteration-level scheduling (frugal::scheduler, prefix caching off);
 //   4. 3 with prefix caching;
-//   5. 4 with the response cache (a hook: response_cache below; not run until the cache exists).
+//   5. 4 with the response cache (frugal::response_cache over an LRU, keyed by the prompt and max_tokens:
+//      a request that repeats a finished one exactly costs no model step; --repeat-share makes repeats).
 // Each rung reports output tokens/s (generated tokens over the time from the first arrival to the last
 // answer), p50/p99 time to first token from each request's arrival, prefill tokens computed, and KV memory
 // (paged: the share of the used blocks' slots holding no token; a contiguous per-sequence allocation of
@@ -31,6 +32,8 @@
 #include <vector>
 
 #include <frugal/batcher.hpp>
+#include <frugal/cache.hpp>
+#include <frugal/cache/response.hpp>
 #include <frugal/scheduler.hpp>
 
 #include "chat_trace.hpp"
@@ -51,8 +54,8 @@ struct prepared {
   double arrival_s = 0;
 };
 
-/// @brief Step 5's hook: a response cache keyed by the prompt and the answer length (greedy). find()
-/// returning tokens resolves the request without a model step; store() is called with every answer.
+/// @brief Rung 5's response cache, keyed by the prompt and the answer length (greedy). find() returning
+/// tokens resolves the request without a model step; store() is called with every answer.
 struct response_cache {
   std::function<std::optional<std::vector<kv_token>>(std::span<const kv_token>, std::size_t)> find;
   std::function<void(std::span<const kv_token>, std::size_t, const std::vector<kv_token>&)> store;
@@ -381,18 +384,18 @@ std::string kernel_cost(const std::string& path, llama::precision p, bool invari
 }
 
 int usage(const std::string& what) {
-  std::cerr
-      << "bench_ladder: " << what
-      << "\nusage: bench_ladder --model FILE.gguf [--threads 2] [--requests 48] [--rate 6] [--seed 1]\n"
-         "  [--max-running 32] [--step-tokens 256] [--rungs 1,2,3,4] [--no-costs] [--trace-out FILE.jsonl]\n"
-         "  [--fortunes DIR]\n";
+  std::cerr << "bench_ladder: " << what
+            << "\nusage: bench_ladder --model FILE.gguf [--threads 2] [--requests 48] [--rate 6] [--seed 1]\n"
+               "  [--max-running 32] [--step-tokens 256] [--rungs 1,2,3,4,5] [--no-costs] [--trace-out "
+               "FILE.jsonl]\n"
+               "  [--fortunes DIR] [--repeat-share 0] [--answer-median 24]\n";
   return 2;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) try {
-  std::string model_path, rungs = "1,2,3,4", trace_out;
+  std::string model_path, rungs = "1,2,3,4,5", trace_out;
   std::size_t threads_n = 2, max_running = 32, step_tokens = 256;
   bool costs = true;
   chat_trace::options to;
@@ -424,6 +427,10 @@ int main(int argc, char** argv) try {
       trace_out = next();
     else if (a == "--fortunes")
       to.fortunes_dir = next();
+    else if (a == "--repeat-share")
+      to.repeat_share = std::stod(next());
+    else if (a == "--answer-median")
+      to.answer_median = std::stod(next());
     else
       return usage("unknown flag " + a);
   }
@@ -465,6 +472,31 @@ int main(int argc, char** argv) try {
   if (has('2')) results.push_back(run_static("2 static batches", *plain, t, max_running, &pool));
   if (has('3')) results.push_back(run_iteration("3 iteration-level", *plain, t, so, &pool));
   if (has('4')) results.push_back(run_iteration("4 + prefix caching", *cached, t, so, &pool));
+  if (has('5')) {
+    // A fresh model: rung 4's prefix cache stays out of rung 5.
+    auto fresh = llama::model::load(model_path, {.weights = llama::precision::native,
+                                                 .kv_budget_bytes = std::size_t{1} << 30,
+                                                 .prefix_caching = true});
+    frugal::lru_cache<frugal::completion> store({.max_entries = 4096});
+    frugal::response_cache<frugal::lru_cache<frugal::completion>> responses(store);
+    const auto key = [](std::span<const kv_token> prompt, std::size_t answer) {
+      return frugal::response_request{.model = "smollm2/native", .prompt = prompt, .max_tokens = answer};
+    };
+    const response_cache hook{
+        .find = [&](std::span<const kv_token> prompt,
+                    std::size_t answer) -> std::optional<std::vector<kv_token>> {
+          if (const auto hit = responses.get(key(prompt, answer))) return hit->tokens;
+          return std::nullopt;
+        },
+        .store =
+            [&](std::span<const kv_token> prompt, std::size_t answer, const std::vector<kv_token>& tokens) {
+              responses.put(key(prompt, answer), {.tokens = tokens, .prompt_tokens = prompt.size()});
+            }};
+    results.push_back(run_iteration("5 + response cache", *fresh, t, so, &pool, &hook));
+    const frugal::response_cache_stats rs = responses.stats();
+    std::cout << "{\"response_cache\": {\"lookups\": " << rs.lookups << ", \"hits\": " << rs.hits << "}}"
+              << std::endl;
+  }
   for (const auto& r : results) std::cout << json(r, kvpt) << std::endl;
   std::cerr << "| rung | output tok/s | TTFT p50 ms | TTFT p99 ms | prefill computed | prefix hits | paged "
                "KV waste | "
