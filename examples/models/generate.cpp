@@ -21,14 +21,17 @@
 #include <iostream>
 #include <iterator>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include <frugal/scheduler.hpp>
 #include "../common/flags.hpp"
 #include "../common/lines.hpp"
+
 #include "llama.hpp"
 
 namespace {
@@ -55,42 +58,10 @@ std::string isa_of(llama::precision p) {
   return "portable";
 }
 
-struct sampling {
-  double temperature = 0.0;
-  double top_p = 1.0;
-};
-
-// Greedy (the lowest id among equal maxima) at temperature 0; otherwise softmax(logits / T), cut to the
-// smallest set of most likely tokens whose mass reaches top_p, drawn with the sequence's own generator.
-std::int32_t sample(std::span<const float> logits, const sampling& s, std::mt19937_64& rng) {
-  if (s.temperature <= 0.0)
-    return static_cast<std::int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-  const float mx = *std::max_element(logits.begin(), logits.end());
-  std::vector<std::pair<double, std::int32_t>> p(logits.size());
-  double total = 0.0;
-  for (std::size_t i = 0; i < logits.size(); ++i) {
-    p[i] = {std::exp((static_cast<double>(logits[i]) - mx) / s.temperature), static_cast<std::int32_t>(i)};
-    total += p[i].first;
-  }
-  std::sort(p.begin(), p.end(), [](const auto& a, const auto& b) {
-    return a.first > b.first || (a.first == b.first && a.second < b.second);
-  });
-  std::size_t keep = 0;
-  double mass = 0.0;
-  while (keep < p.size() && (keep == 0 || mass < s.top_p * total)) mass += p[keep++].first;
-  const double u = std::uniform_real_distribution<double>(0.0, mass)(rng);
-  double run = 0.0;
-  for (std::size_t i = 0; i < keep; ++i) {
-    run += p[i].first;
-    if (u < run) return p[i].second;
-  }
-  return p[keep - 1].second;
-}
-
 struct job {
   std::string prompt;
   std::vector<std::int32_t> prompt_ids, ids;
-  std::mt19937_64 rng;
+  std::uint64_t seed = 0;  ///< its draws: frugal::sampling_uniform(seed, token index)
 };
 
 std::vector<std::int32_t> encode_prompt(const llama::model& m, const std::string& text, bool chat) {
@@ -106,7 +77,7 @@ int main(int argc, char** argv) try {
   std::size_t threads = 1, max_tokens = 64, ctx = 512, parallel = 1, n_prompt = 512, n_gen = 128, reps = 5;
   std::size_t kv_budget_mb = 256;
   std::uint64_t seed = 0;
-  sampling smp;
+  frugal::sampling_params smp;
   examples::flags f(argc, argv);
   while (f.next()) {
     if (f.is("--model"))
@@ -124,9 +95,9 @@ int main(int argc, char** argv) try {
     else if (f.is("--max-tokens"))
       max_tokens = f.integer(0, 1 << 20);
     else if (f.is("--temperature"))
-      smp.temperature = f.number(0.0, 100.0);
+      smp.temperature = static_cast<float>(f.number(0.0, 100.0));
     else if (f.is("--top-p"))
-      smp.top_p = f.number(0.0, 1.0);
+      smp.top_p = static_cast<float>(f.number(0.0, 1.0));
     else if (f.is("--seed"))
       seed = f.integer(0, UINT64_MAX);
     else if (f.is("--parallel"))
@@ -300,7 +271,7 @@ int main(int argc, char** argv) try {
       throw std::runtime_error(
           (have_prompt ? std::string("--prompt") : "--input " + input + " line " + std::to_string(i + 1)) +
           ": no tokens to start from");
-    jobs[i].rng.seed(seed + i);
+    jobs[i].seed = seed + i;
   }
   struct running {
     std::size_t job;
@@ -345,7 +316,12 @@ int main(int argc, char** argv) try {
       const std::span<const float> row(logits.data() + i * c.vocab, c.vocab);
       bool stop = j.ids.size() >= max_tokens;
       if (!stop) {
-        const std::int32_t t = sample(row, smp, j.rng);
+        // The scheduler's sampling: greedy, or temperature and top-p with draw n a function of (seed, n).
+        const std::optional<std::int32_t> picked =
+            frugal::sample_token(row, smp, frugal::sampling_uniform(j.seed, j.ids.size()));
+        if (!picked)
+          throw std::runtime_error("prompt " + std::to_string(r.job) + ": no finite logit to sample");
+        const std::int32_t t = *picked;
         j.ids.push_back(t);
         stop = std::find(stops.begin(), stops.end(), t) != stops.end() || j.ids.size() >= max_tokens ||
                r.seq.length() + 1 > c.context;
