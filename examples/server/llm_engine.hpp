@@ -77,6 +77,8 @@ class llm_engine {
   const std::vector<std::int32_t>& stop_tokens() const noexcept { return stop_tokens_; }
   /// @brief The longest sequence, prompt and completion together.
   std::size_t max_context() const noexcept { return sched_.options().max_context; }
+  /// @brief Sequences that may wait for admission before a submit is refused with queue_full.
+  std::size_t max_waiting() const noexcept { return sched_.options().max_waiting; }
 
   /// @brief Submits a sequence (see frugal::scheduler::submit); @p label attributes its steps' time in
   /// llm_step_report.
@@ -85,11 +87,19 @@ class llm_engine {
     r.stop = stop_tokens_;
     std::lock_guard g(labels_m_);  // the loop reads the label of a sequence only once it is recorded
     const frugal::sequence_id id = sched_.submit(std::move(r), std::move(done));
-    labels_[id] = label;
+    labels_[id] = {.label = label, .cached = std::nullopt};
     return id;
   }
+  /// @brief The prompt tokens sequence @p id found in the prefix cache when it was first admitted (0 before
+  /// its first step, or once forgotten). frugal::generation says the same, but a sequence cancelled (a stop
+  /// string, a client gone) resolves without one.
+  std::size_t cached_tokens(frugal::sequence_id id) {
+    std::lock_guard g(labels_m_);
+    const auto it = labels_.find(id);
+    return it == labels_.end() || !it->second.cached ? 0 : *it->second.cached;
+  }
   bool cancel(frugal::sequence_id id) { return sched_.cancel(id); }
-  /// @brief Forgets a resolved sequence's label.
+  /// @brief Forgets a resolved sequence's label and cached tokens.
   void forget(frugal::sequence_id id) {
     std::lock_guard g(labels_m_);
     labels_.erase(id);
@@ -130,6 +140,14 @@ class llm_engine {
         continue;
       }
       const auto t0 = clock::now();
+      {
+        // A sequence's first step runs from the end of its prefix-cache hit, the tokens it was admitted
+        // with. Recorded before the step, whose tokens may make the request cancel it.
+        std::lock_guard g(labels_m_);
+        for (const frugal::step_entry& e : step->entries())
+          if (const auto it = labels_.find(e.sequence); it != labels_.end() && !it->second.cached)
+            it->second.cached = e.first_position;
+      }
       std::vector<float> logits;
       try {
         logits = model_->run_step(*step, &threads_);
@@ -152,7 +170,7 @@ class llm_engine {
         std::lock_guard g(labels_m_);
         for (const frugal::step_entry& e : step->entries()) {
           const auto it = labels_.find(e.sequence);
-          auto& p = rep.by_label[it == labels_.end() ? 0 : it->second];
+          auto& p = rep.by_label[it == labels_.end() ? 0 : it->second.label];
           p.tokens += e.tokens.size();
           ++p.sequences;
         }
@@ -169,8 +187,12 @@ class llm_engine {
   std::vector<std::int32_t> stop_tokens_;
   mutable std::mutex kv_m_;
   frugal::kv_cache_stats kv_stats_{};
+  struct sequence_info {
+    std::uint32_t label = 0;
+    std::optional<std::size_t> cached;  // set at its first step
+  };
   std::mutex labels_m_;
-  std::map<frugal::sequence_id, std::uint32_t> labels_;
+  std::map<frugal::sequence_id, sequence_info> labels_;
   std::jthread loop_;  // last: stopped before the rest goes
 };
 

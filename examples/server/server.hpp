@@ -187,8 +187,8 @@ class app {
     bool chat = false;
     std::size_t default_max_tokens = 256;
     double idle_unload_s = 0;
-    std::atomic<std::uint64_t> outcome_ok{0}, outcome_disconnected{0}, outcome_aborted{0},
-        outcome_rejected{0}, outcome_error{0};
+    std::atomic<std::uint64_t> outcome_ok{0}, outcome_cancelled{0}, outcome_aborted{0}, outcome_rejected{0},
+        outcome_error{0};
     std::atomic<std::uint64_t> prompt_tokens{0}, cached_tokens{0}, completion_tokens{0};
     std::shared_ptr<const frugal::wordpiece::tokenizer> tokenizer;
     std::unique_ptr<frugal::batcher<request, embedding>> batcher;
@@ -849,11 +849,12 @@ class app {
   // The token counts of one answered request: the ledger's per-feature tokens (in, served from the prefix
   // cache, out) and the route's own counters.
   void record_tokens(route& rt, frugal::cost::feature_id feature, std::size_t prompt, std::size_t cached,
-                     std::size_t completion) {
+                     std::size_t completion, std::optional<std::chrono::nanoseconds> ttft) {
     ledger_.record_generation({.feature = feature,
                                .prompt_tokens = prompt,
                                .cached_prompt_tokens = std::min(cached, prompt),
-                               .generated_tokens = completion});
+                               .generated_tokens = completion,
+                               .time_to_first_token = ttft});
     rt.prompt_tokens.fetch_add(prompt);
     rt.cached_tokens.fetch_add(cached);
     rt.completion_tokens.fetch_add(completion);
@@ -879,6 +880,7 @@ class app {
     std::mutex m;
     std::condition_variable cv;
     std::vector<frugal::kv_token> tokens;
+    std::optional<clock::time_point> first_token;
     bool resolved = false;
     std::optional<frugal::generation> gen;
     std::exception_ptr error;
@@ -928,8 +930,15 @@ class app {
   }
 
   // Feeds the sequence's text to emit until it ends, a stop string appears, the client goes (emit returns
-  // false, or the socket is closed), or the shutdown grace is over.
+  // false, or the socket is closed), or the shutdown grace is over; the sequence has resolved after it.
   void drive(llm_call& c, const std::function<bool(const std::string&)>& emit) {
+    follow(c, emit);
+    // One cut short (a stop string, a client gone, the grace over) resolves cancelled, without its
+    // generation; the engine kept what its first step found in the prefix cache.
+    c.cached_tokens = c.st->gen ? c.st->gen->cached_tokens : c.engine->cached_tokens(c.id);
+  }
+
+  void follow(llm_call& c, const std::function<bool(const std::string&)>& emit) {
     generation_state& st = *c.st;
     std::size_t seen = 0;
     for (;;) {
@@ -953,7 +962,6 @@ class app {
         if (c.text->stopped()) {
           c.finish_reason = "stop";
           if (!resolved) cancel_and_wait(c);
-          if (st.gen) c.cached_tokens = st.gen->cached_tokens;
           return;
         }
       }
@@ -962,7 +970,6 @@ class app {
           c.error = describe(st.error);
           return;
         }
-        c.cached_tokens = st.gen->cached_tokens;
         c.finish_reason = frugal::to_string(st.gen->reason);
         const std::string rest = c.text->finish();
         if (!rest.empty() && !emit(rest)) c.disconnected = true;
@@ -979,18 +986,26 @@ class app {
     }
   }
 
-  // Books the request once: the ledger (a client that left is an error to it: it has no outcome for a
-  // cancelled request), the token counts, the outcome counters.
+  // Books the request once: the ledger (a client that left is cancelled, not an error of the server), its
+  // time to first token, the token counts, the outcome counters.
   void finish_call(llm_call& c) {
     if (c.finished) return;
     c.finished = true;
     if (!c.st->resolved) cancel_and_wait(c);
     c.engine->forget(c.id);
     const auto latency = std::chrono::duration_cast<std::chrono::nanoseconds>(clock::now() - c.start);
-    const bool ok = !c.disconnected && c.error.empty();
-    ledger_.record_request(c.feature, latency, ok ? frugal::cost::outcome::ok : frugal::cost::outcome::error);
-    record_tokens(*c.rt, c.feature, c.prompt_tokens, c.cached_tokens, c.completion_tokens);
-    (c.disconnected               ? c.rt->outcome_disconnected
+    ledger_.record_request(c.feature, latency,
+                           c.disconnected     ? frugal::cost::outcome::cancelled
+                           : !c.error.empty() ? frugal::cost::outcome::error
+                                              : frugal::cost::outcome::ok);
+    std::optional<std::chrono::nanoseconds> ttft;
+    {
+      std::lock_guard lk(c.st->m);
+      if (c.st->first_token)
+        ttft = std::chrono::duration_cast<std::chrono::nanoseconds>(*c.st->first_token - c.start);
+    }
+    record_tokens(*c.rt, c.feature, c.prompt_tokens, c.cached_tokens, c.completion_tokens, ttft);
+    (c.disconnected               ? c.rt->outcome_cancelled
      : !c.error.empty()           ? c.rt->outcome_error
      : c.finish_reason == "abort" ? c.rt->outcome_aborted
                                   : c.rt->outcome_ok)
@@ -1099,6 +1114,7 @@ class app {
                                          next_completion_id_.load())};
     gr.on_token = [st = c->st](frugal::kv_token t) {
       std::lock_guard g(st->m);
+      if (!st->first_token) st->first_token = clock::now();
       st->tokens.push_back(t);
       st->cv.notify_all();
     };
@@ -1243,23 +1259,24 @@ class app {
 
   // Each language model's scheduler and KV cache through the library's exporters (label model), the
   // Gateway API Inference Extension's model-server gauges under the names its protocol documents (vLLM's:
-  // an InferencePool's endpoint picker reads them), and the requests by outcome and their tokens.
+  // an InferencePool's endpoint picker reads them), and the requests by outcome and their tokens. The
+  // protocol names the KV-cache gauge vllm:kv_cache_usage_perc; endpoint pickers that follow its earlier
+  // text read vllm:gpu_cache_usage_perc, so both are written.
   void llm_metrics(frugal::prometheus_writer& w) {
     using type = frugal::prometheus_type;
     w.family("frugal_llm_requests_total", type::counter,
-             "Chat and completion requests by outcome: ok, disconnected (the client left; its sequence was "
+             "Chat and completion requests by outcome: ok, cancelled (the client left; its sequence was "
              "cancelled), aborted (cut at shutdown), rejected (429/400 at submit), error.");
     w.family("frugal_llm_tokens_total", type::counter,
              "Tokens of answered chat and completion requests: prompt, cached (prompt tokens from the prefix "
              "cache), completion.");
     for (const auto& r : routes_) {
       if (!r->chat) continue;
-      const std::pair<const char*, std::uint64_t> outcomes[] = {
-          {"ok", r->outcome_ok.load()},
-          {"disconnected", r->outcome_disconnected.load()},
-          {"aborted", r->outcome_aborted.load()},
-          {"rejected", r->outcome_rejected.load()},
-          {"error", r->outcome_error.load()}};
+      const std::pair<const char*, std::uint64_t> outcomes[] = {{"ok", r->outcome_ok.load()},
+                                                                {"cancelled", r->outcome_cancelled.load()},
+                                                                {"aborted", r->outcome_aborted.load()},
+                                                                {"rejected", r->outcome_rejected.load()},
+                                                                {"error", r->outcome_error.load()}};
       for (const auto& [o, n] : outcomes)
         w.sample("frugal_llm_requests_total", {{"model", r->name}, {"outcome", o}}, n);
       w.sample("frugal_llm_tokens_total", {{"model", r->name}, {"kind", "prompt"}}, r->prompt_tokens.load());
@@ -1267,24 +1284,38 @@ class app {
       w.sample("frugal_llm_tokens_total", {{"model", r->name}, {"kind", "completion"}},
                r->completion_tokens.load());
     }
+    w.family("frugal_scheduler_waiting_limit", type::gauge,
+             "The scheduler's max_waiting: sequences that may wait before a request is refused with 429.");
     w.family("vllm:num_requests_waiting", type::gauge,
              "Sequences waiting for admission (the Gateway API Inference Extension's TotalQueuedRequests).");
     w.family("vllm:num_requests_running", type::gauge,
              "Sequences admitted and running (the Gateway API Inference Extension's TotalRunningRequests).");
-    w.family("vllm:gpu_cache_usage_perc", type::gauge,
-             "KV cache blocks used by sequences over all blocks, 0..1 (the Gateway API Inference Extension's "
-             "KVCacheUtilization; the cache is in host memory here).");
+    const char* kv_help =
+        "KV cache blocks used by sequences over all blocks, 0..1 (the Gateway API Inference Extension's "
+        "KVCacheUtilization; the cache is in host memory here).";
+    w.family("vllm:kv_cache_usage_perc", type::gauge, kv_help);
+    w.family("vllm:gpu_cache_usage_perc", type::gauge, kv_help);
+    w.family("vllm:cache_config_info", type::gauge,
+             "1, labelled with the KV cache's block_size (tokens per block) and num_gpu_blocks (blocks in "
+             "all): the protocol's optional BlockSize and NumGPUBlocks, for the prefix-cache scorer.");
     std::lock_guard g(engines_m_);
     for (const auto& [name, e] : engines_) {
       const frugal::scheduler_stats ss = e->scheduler_stats();
       const frugal::kv_cache_stats ks = e->kv_stats();
       frugal::append_prometheus(w, ss, {.labels = {{"model", name}}});
       frugal::append_prometheus(w, ks, {.labels = {{"model", name}}});
+      w.sample("frugal_scheduler_waiting_limit", {{"model", name}}, e->max_waiting());
       w.sample("vllm:num_requests_waiting", {{"model_name", name}}, ss.waiting);
       w.sample("vllm:num_requests_running", {{"model_name", name}}, ss.running);
-      w.sample(
-          "vllm:gpu_cache_usage_perc", {{"model_name", name}},
-          ks.blocks_total ? static_cast<double>(ks.blocks_used) / static_cast<double>(ks.blocks_total) : 0.0);
+      const double usage =
+          ks.blocks_total ? static_cast<double>(ks.blocks_used) / static_cast<double>(ks.blocks_total) : 0.0;
+      w.sample("vllm:kv_cache_usage_perc", {{"model_name", name}}, usage);
+      w.sample("vllm:gpu_cache_usage_perc", {{"model_name", name}}, usage);
+      w.sample("vllm:cache_config_info",
+               {{"model_name", name},
+                {"block_size", std::to_string(ks.block_tokens)},
+                {"num_gpu_blocks", std::to_string(ks.blocks_total)}},
+               1);
     }
   }
 

@@ -403,6 +403,24 @@ TEST_CASE("ledger: with an expected interval a stalled request also records the 
   CHECK(p.find("frugal_request_duration_seconds_sum{feature=\"chat\"} 0.555") != std::string::npos);
 }
 
+TEST_CASE("ledger: a cancelled request is counted apart from errors, and exported under outcome cancelled") {
+  fc::ledger<> l(scenario_options());
+  const auto t = l.feature("chat");
+  l.record_request(t, 40ms);
+  l.record_request(t, 30ms, fc::outcome::cancelled);
+  l.record_request(t, 20ms, fc::outcome::cancelled);
+  const auto s = l.snapshot();
+  CHECK(s.features[0].requests == 3);
+  CHECK(s.features[0].by_outcome[static_cast<std::size_t>(fc::outcome::ok)] == 1);
+  CHECK(s.features[0].by_outcome[static_cast<std::size_t>(fc::outcome::cancelled)] == 2);
+  CHECK(s.features[0].by_outcome[static_cast<std::size_t>(fc::outcome::error)] == 0);
+  CHECK(fc::to_string(fc::outcome::cancelled) == "cancelled");
+  const std::string p = fc::to_prometheus(s);
+  CHECK(p.find("frugal_requests_total{feature=\"chat\",outcome=\"cancelled\"} 2") != std::string::npos);
+  CHECK(p.find("frugal_requests_total{feature=\"chat\",outcome=\"error\"} 0") != std::string::npos);
+  CHECK(fc::to_json(s).find("\"cancelled\":2") != std::string::npos);
+}
+
 TEST_CASE("exports: Prometheus, JSON and table carry the snapshot's figures") {
   scenario sc;
   const auto s = sc.ledger.snapshot();

@@ -275,12 +275,23 @@ TEST_CASE(
   REQUIRE(r->status == 200);
   CHECK(json::parse(r->body)["choices"][0]["message"]["content"] == before);
   CHECK(json::parse(r->body)["choices"][0]["finish_reason"] == "stop");
+  // A stop string cancels the sequence, which resolves without its generation: the usage still counts
+  // the prompt's blocks found in the prefix cache, and the tokens decoded up to the stop string.
+  const json su = json::parse(r->body)["usage"];
+  CHECK(su["prompt_tokens"] == prompt_tokens);
+  CHECK(su["prompt_tokens_details"]["cached_tokens"] == prompt_tokens / 16 * 16);
+  CHECK(su["completion_tokens"] >= 3);
+  CHECK(su["completion_tokens"] < 16);
   stopped["stream"] = true;
+  stopped["stream_options"] = {{"include_usage", true}};
   stopped["stop"] = stop;
   r = c.Post("/v1/chat/completions", stopped.dump(), "application/json");
   const streamed ss = parse_stream(r->body);
   CHECK(ss.text == before);
   CHECK(ss.finish_reason == "stop");
+  REQUIRE(ss.usage.is_object());
+  CHECK(ss.usage["prompt_tokens_details"]["cached_tokens"] == prompt_tokens / 16 * 16);
+  CHECK(ss.usage["completion_tokens"] == su["completion_tokens"]);
 
   // /v1/completions: a raw prompt, streamed or not, equal.
   const json cbody = {{"model", model_name},
@@ -314,6 +325,7 @@ TEST_CASE(
   CHECK(metric(m, "vllm:num_requests_waiting{model_name=\"smollm2\"}") == 0);
   CHECK(metric(m, "vllm:num_requests_running{model_name=\"smollm2\"}") == 0);
   CHECK(metric(m, "vllm:gpu_cache_usage_perc{model_name=\"smollm2\"}") == 0);
+  CHECK(metric(m, "vllm:kv_cache_usage_perc{model_name=\"smollm2\"}") == 0);
   CHECK(metric(m, "frugal_llm_tokens_total{model=\"smollm2\",kind=\"cached\"}") > 0);
   // The ledger counts the chat feature's tokens, and prices them from the measured steps.
   CHECK(metric(m, "frugal_generated_tokens_total{feature=\"chat\"}") > 0);
@@ -411,8 +423,11 @@ TEST_CASE(
   CHECK(metric(m, kv_used) == 0);
   CHECK(metric(m, running) == 0);
   CHECK(metric(m, "frugal_scheduler_failed_total{model=\"smollm2\",cause=\"cancelled\"}") == 1);
-  CHECK(metric(m, "frugal_llm_requests_total{model=\"smollm2\",outcome=\"disconnected\"}") == 1);
-  CHECK(metric(m, "frugal_requests_total{feature=\"default\",outcome=\"error\"}") == 1);
+  // A client that left is booked cancelled, in the route's counters and in the ledger, never as an error.
+  CHECK(metric(m, "frugal_llm_requests_total{model=\"smollm2\",outcome=\"cancelled\"}") == 1);
+  CHECK(metric(m, "frugal_llm_requests_total{model=\"smollm2\",outcome=\"error\"}") == 0);
+  CHECK(metric(m, "frugal_requests_total{feature=\"default\",outcome=\"cancelled\"}") == 1);
+  CHECK(metric(m, "frugal_requests_total{feature=\"default\",outcome=\"error\"}") == 0);
   CHECK(metric(m, "frugal_scheduler_tokens_total{model=\"smollm2\",kind=\"generated\"}") < 600);
   // Not streaming: the client gives up waiting.
   {
@@ -420,13 +435,14 @@ TEST_CASE(
     impatient.set_read_timeout(1, 0);
     CHECK_FALSE(impatient.Post("/v1/chat/completions", story.dump(), "application/json"));
   }
-  m = wait_metrics(c,
-                   {{kv_used, 0},
-                    {running, 0},
-                    {"frugal_llm_requests_total{model=\"smollm2\",outcome=\"disconnected\"}", 2}},
-                   std::chrono::seconds(20));
+  m = wait_metrics(
+      c,
+      {{kv_used, 0}, {running, 0}, {"frugal_llm_requests_total{model=\"smollm2\",outcome=\"cancelled\"}", 2}},
+      std::chrono::seconds(20));
   CHECK(metric(m, kv_used) == 0);
-  CHECK(metric(m, "frugal_llm_requests_total{model=\"smollm2\",outcome=\"disconnected\"}") == 2);
+  CHECK(metric(m, "frugal_llm_requests_total{model=\"smollm2\",outcome=\"cancelled\"}") == 2);
+  CHECK(metric(m, "frugal_requests_total{feature=\"default\",outcome=\"cancelled\"}") == 2);
+  CHECK(metric(m, "frugal_requests_total{feature=\"default\",outcome=\"error\"}") == 0);
   CHECK(metric(m, "frugal_scheduler_failed_total{model=\"smollm2\",cause=\"cancelled\"}") == 2);
 
   // One running, one waiting (their clients hold their connections open until closed here): the third
@@ -455,6 +471,123 @@ TEST_CASE(
   CHECK(metric(m, "frugal_llm_requests_total{model=\"smollm2\",outcome=\"rejected\"}") == 1);
   CHECK(metric(m, "frugal_requests_total{feature=\"default\",outcome=\"rejected\"}") == 1);
   CHECK(c.Post("/v1/chat/completions", chat_body("after", 2).dump(), "application/json")->status == 200);
+}
+
+TEST_CASE(
+    "server chat: a real Prometheus scrapes the chat model's series: the gateway's gauges, time to first "
+    "token counted per request, token counters equal to the answers' usage, the scheduler and the KV cache" *
+    needs(gguf_model(), frugal_test::tool("prometheus", FRUGAL_PROMETHEUS))) {
+  chat_server s(json{{"max_waiting", 7}});
+  auto c = s.client();
+  const double requests = 3;  // doubles: Prometheus answers in floats
+  double prompt = 0, cached = 0, completion = 0;
+  for (int i = 0; i < 3; ++i) {
+    json b = chat_body("Say something about the number " + std::to_string(i % 2) + ".",
+                       static_cast<std::size_t>(6 + 2 * i));
+    if (i == 2) {
+      b["stream"] = true;
+      b["stream_options"] = {{"include_usage", true}};
+    }
+    auto r = c.Post("/v1/chat/completions", {{"X-Frugal-Feature", "scraped"}}, b.dump(), "application/json");
+    REQUIRE(r);
+    REQUIRE(r->status == 200);
+    const json u = i == 2 ? parse_stream(r->body).usage : json::parse(r->body)["usage"];
+    REQUIRE(u.is_object());
+    prompt += u["prompt_tokens"].get<double>();
+    cached += u["prompt_tokens_details"]["cached_tokens"].get<double>();
+    completion += u["completion_tokens"].get<double>();
+  }
+  CHECK(cached > 0);  // the third repeats the first's prompt
+
+  const fs::path dir = fs::temp_directory_path() / ("frugal_chat_prom_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  std::ofstream(dir / "prometheus.yml")
+      << "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  - job_name: frugal\n"
+      << "    static_configs:\n      - targets: ['127.0.0.1:" << s.port << "']\nrule_files:\n  - "
+      << FRUGAL_ALERT_RULES << "\n";
+  const int pport = frugal_test::free_port();
+  struct prometheus {
+    frugal_test::child proc;
+    ~prometheus() {
+      if (proc.pid > 0) ::kill(proc.pid, SIGKILL), proc.wait();
+    }
+  } prom{frugal_test::child::spawn({FRUGAL_PROMETHEUS, "--config.file=" + (dir / "prometheus.yml").string(),
+                                    "--storage.tsdb.path=" + (dir / "data").string(),
+                                    "--web.listen-address=127.0.0.1:" + std::to_string(pport)})};
+  httplib::Client pc("127.0.0.1", pport);
+  pc.set_read_timeout(5, 0);
+  // One instant query's value; -1 when it has no result (not scraped yet), -2 when it has several.
+  const auto query = [&](const std::string& q) -> double {
+    auto r = pc.Get("/api/v1/query", httplib::Params{{"query", q}}, httplib::Headers{});
+    if (!r || r->status != 200) return -1;
+    const json j = json::parse(r->body, nullptr, false);
+    if (j.is_discarded() || j["data"]["result"].empty()) return -1;
+    if (j["data"]["result"].size() > 1) return -2;
+    return std::stod(j["data"]["result"][0]["value"][1].get<std::string>());
+  };
+  const std::string ttft_count = R"(frugal_time_to_first_token_seconds_count{feature="scraped"})";
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (query(ttft_count) != requests && std::chrono::steady_clock::now() < end)
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  REQUIRE(query(ttft_count) == requests);
+  CHECK(query(R"(up{job="frugal"})") == 1);
+
+  // The Gateway API Inference Extension's gauges, idle after the answers.
+  CHECK(query(R"(vllm:num_requests_waiting{model_name="smollm2"})") == 0);
+  CHECK(query(R"(vllm:num_requests_running{model_name="smollm2"})") == 0);
+  const double kv = query(R"(vllm:kv_cache_usage_perc{model_name="smollm2"})");
+  CHECK(kv >= 0);
+  CHECK(kv <= 1);
+  CHECK(query(R"(vllm:gpu_cache_usage_perc{model_name="smollm2"})") == kv);
+  const double blocks = query(R"(sum(frugal_kv_cache_blocks{model="smollm2"}))");
+  CHECK(blocks > 0);
+  CHECK(query(R"(vllm:cache_config_info{model_name="smollm2",block_size="16"})") == 1);
+  CHECK(query("count(vllm:cache_config_info{num_gpu_blocks=\"" + std::to_string(static_cast<long>(blocks)) +
+              "\"})") == 1);
+
+  // Time to first token: the ledger's histogram counts each request of the feature once, with a sum
+  // that is positive and below the requests' own time; the scheduler's counts the warm-up generation too.
+  CHECK(query(R"(frugal_time_to_first_token_seconds_sum{feature="scraped"})") > 0);
+  CHECK(query(R"(frugal_time_to_first_token_seconds_bucket{feature="scraped",le="+Inf"})") == requests);
+  CHECK(query(R"(frugal_scheduler_time_to_first_token_seconds_count{model="smollm2"})") == requests + 1);
+  CHECK(
+      query(
+          R"(histogram_quantile(0.5, sum by (le) (frugal_scheduler_time_to_first_token_seconds_bucket{model="smollm2"})))") >
+      0);
+
+  // Token counters, in the ledger (by feature) and the route's (by model), equal to the answers' usage.
+  CHECK(query(R"(sum(frugal_prompt_tokens_total{feature="scraped"}))") == prompt);
+  CHECK(query(R"(frugal_prompt_tokens_total{feature="scraped",source="prefix_cache"})") == cached);
+  CHECK(query(R"(frugal_generated_tokens_total{feature="scraped"})") == completion);
+  CHECK(query(R"(frugal_llm_tokens_total{model="smollm2",kind="prompt"})") == prompt);
+  CHECK(query(R"(frugal_llm_tokens_total{model="smollm2",kind="cached"})") == cached);
+  CHECK(query(R"(frugal_llm_tokens_total{model="smollm2",kind="completion"})") == completion);
+  CHECK(query(R"(frugal_llm_requests_total{model="smollm2",outcome="ok"})") == requests);
+  CHECK(query(R"(frugal_requests_total{feature="scraped",outcome="ok"})") == requests);
+
+  // The scheduler and the KV cache: every sequence submitted finished by length, nothing holds a block.
+  CHECK(query(R"(frugal_scheduler_submitted_total{model="smollm2"})") == requests + 1);
+  CHECK(query(R"(frugal_scheduler_finished_total{model="smollm2",reason="length"})") == requests + 1);
+  CHECK(query(R"(sum(frugal_scheduler_failed_total{model="smollm2"}))") == 0);
+  CHECK(query(R"(frugal_scheduler_waiting{model="smollm2"})") == 0);
+  CHECK(query(R"(frugal_scheduler_running{model="smollm2"})") == 0);
+  CHECK(query(R"(frugal_scheduler_waiting_limit{model="smollm2"})") == 7);
+  CHECK(query(R"(frugal_scheduler_tokens_total{model="smollm2",kind="prefix_hit"})") == cached);
+  CHECK(query(R"(frugal_kv_cache_blocks{model="smollm2",state="used"})") == 0);
+  CHECK(query(R"(frugal_kv_cache_prefix_hit_tokens_total{model="smollm2"})") == cached);
+  CHECK(query(R"(frugal_steps_total)") > 0);
+
+  // The chat alert rules loaded, and none fires on an idle server.
+  auto r = pc.Get("/api/v1/rules");
+  REQUIRE(r);
+  CHECK(r->body.find("FrugalChatTimeToFirstTokenHigh") != std::string::npos);
+  CHECK(r->body.find("FrugalChatRequestsWaiting") != std::string::npos);
+  CHECK(r->body.find("FrugalChatQueueNearLimit") != std::string::npos);
+  r = pc.Get("/api/v1/alerts");
+  REQUIRE(r);
+  CHECK(json::parse(r->body)["data"]["alerts"].empty());
+  std::error_code ec;
+  fs::remove_all(dir, ec);
 }
 
 TEST_CASE(

@@ -18,12 +18,13 @@
 FRUGAL_BEGIN_NAMESPACE
 namespace cost {
 
-/// @brief How a request ended.
-enum class outcome : std::uint8_t { ok, error, deadline_exceeded, rejected };
-inline constexpr std::size_t outcome_count = 4;
-/// @brief "ok", "error", "deadline_exceeded" or "rejected".
+/// @brief How a request ended. cancelled: its caller gave up on it (a client that left), which is
+/// neither a failure of the service nor a success.
+enum class outcome : std::uint8_t { ok, error, deadline_exceeded, rejected, cancelled };
+inline constexpr std::size_t outcome_count = 5;
+/// @brief "ok", "error", "deadline_exceeded", "rejected" or "cancelled".
 inline constexpr std::string_view to_string(outcome o) noexcept {
-  constexpr std::string_view names[] = {"ok", "error", "deadline_exceeded", "rejected"};
+  constexpr std::string_view names[] = {"ok", "error", "deadline_exceeded", "rejected", "cancelled"};
   return names[static_cast<std::size_t>(o)];
 }
 
