@@ -547,7 +547,9 @@ TEST_CASE(
 
   // Time to first token: the ledger's histogram counts each request of the feature once, with a sum
   // that is positive and below the requests' own time; the scheduler's counts the warm-up generation too.
-  CHECK(query(R"(frugal_time_to_first_token_seconds_sum{feature="scraped"})") > 0);
+  const double ttft_sum = query(R"(frugal_time_to_first_token_seconds_sum{feature="scraped"})");
+  CHECK(ttft_sum > 0);
+  CHECK(ttft_sum <= query(R"(frugal_request_duration_seconds_sum{feature="scraped"})"));
   CHECK(query(R"(frugal_time_to_first_token_seconds_bucket{feature="scraped",le="+Inf"})") == requests);
   CHECK(query(R"(frugal_scheduler_time_to_first_token_seconds_count{model="smollm2"})") == requests + 1);
   CHECK(
