@@ -56,11 +56,8 @@ class llm_engine {
       : model_(llama::model::load(o.path, {.weights = o.precision, .kv_budget_bytes = o.kv_budget_bytes})),
         threads_(o.threads),
         sched_(model_->kv(), scheduler_options(o, *model_)),
-        on_step_(std::move(on_step)) {
-    const auto& tok = model_->tokenizer();
-    stop_tokens_.push_back(tok.eos());
-    const std::int32_t eot = tok.find(std::string(model_->chat_template().end_of_turn()));
-    if (eot >= 0 && eot != tok.eos()) stop_tokens_.push_back(eot);
+        on_step_(std::move(on_step)),
+        stop_tokens_(model_->stop_tokens()) {
     publish();
     loop_ = std::jthread([this](std::stop_token st) { loop(st); });
   }

@@ -1070,10 +1070,7 @@ class app {
     const char* prompt_field = chat ? "messages" : "prompt";
     try {
       if (chat) {
-        for (const auto& seg : model.chat_template().render(cr.messages)) {
-          const auto part = tok.encode(seg.text, {.parse_special = !seg.is_content});
-          prompt.insert(prompt.end(), part.begin(), part.end());
-        }
+        prompt = model.encode_chat(cr.messages);
       } else {
         prompt = tok.encode(cr.prompt, {.parse_special = false, .add_special = true});
       }
