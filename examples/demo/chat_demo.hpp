@@ -29,6 +29,7 @@
 #include "../common/chat_trace.hpp"
 #include "../common/config.hpp"
 #include "chat_loop.hpp"
+#include "config.hpp"
 #include "llama.hpp"
 
 #ifndef FRUGAL_DEMO_GGUF_MODEL
@@ -102,15 +103,7 @@ inline chat_config parse_chat_config(const examples::config_document& doc) {
     m.get("threads", c.threads, std::size_t{1}, std::size_t{256});
     m.get("kv_budget_mb", c.kv_budget_mb, std::size_t{1}, std::size_t{1} << 20);
   });
-  root.section("gpu", [&](examples::config_object& g) {
-    g.get("name", c.gpu_name);
-    g.get("hourly_usd", c.gpu_hourly_usd);
-    try {
-      (void)frugal::cost::money::parse(c.gpu_hourly_usd);
-    } catch (const std::exception& e) {
-      g.fail("hourly_usd", e.what());
-    }
-  });
+  root.section("gpu", [&](examples::config_object& g) { read_gpu(g, c.gpu_name, c.gpu_hourly_usd); });
   root.section("traffic", [&](examples::config_object& t) {
     auto& o = c.trace;
     t.get("requests", o.requests, std::size_t{1}, std::size_t{100000});

@@ -76,6 +76,17 @@ struct config {
   bool quiet = false;
 };
 
+/// @brief The priced GPU class: `name` and `hourly_usd` (a price that money::parse reads).
+inline void read_gpu(examples::config_object& g, std::string& name, std::string& hourly_usd) {
+  g.get("name", name);
+  g.get("hourly_usd", hourly_usd);
+  try {
+    (void)frugal::cost::money::parse(hourly_usd);
+  } catch (const std::exception& e) {
+    g.fail("hourly_usd", e.what());
+  }
+}
+
 /// @brief Reads a config; every field is optional and falls back to the defaults of `config`. Each value
 /// is checked where it is read, against its type and range, and an error names its origin (the file or
 /// the override that set it) and its whole path.
@@ -106,15 +117,7 @@ inline config parse_config(const examples::config_document& doc) {
     m.get("calibration_sentences", c.calibration_sentences, 1, 100000);
     m.get("threads", c.model_threads, std::size_t{1}, std::size_t{256});
   });
-  root.section("gpu", [&](examples::config_object& g) {
-    g.get("name", c.gpu_name);
-    g.get("hourly_usd", c.gpu_hourly_usd);
-    try {
-      (void)frugal::cost::money::parse(c.gpu_hourly_usd);
-    } catch (const std::exception& e) {
-      g.fail("hourly_usd", e.what());
-    }
-  });
+  root.section("gpu", [&](examples::config_object& g) { read_gpu(g, c.gpu_name, c.gpu_hourly_usd); });
   root.section("batcher", [&](examples::config_object& b) {
     b.get("window_ms", c.window_ms, 0.0, hour_ms);
     b.get("max_batch", c.max_batch, 1, 65536);

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <initializer_list>
 #include <optional>
 #include <string>
 #include <vector>
@@ -30,25 +31,16 @@
 
 namespace {
 
-// The run's exports, in the order they are written.
-std::vector<std::string> export_paths(const demo::config& cfg) {
+// The run's exports, in the order they are written: per step its ledger's Prometheus text and JSON, then
+// `last` (each a file name in out_dir).
+std::vector<std::string> export_paths(const std::string& out_dir, std::size_t steps,
+                                      std::initializer_list<const char*> last) {
   std::vector<std::string> paths;
-  for (std::size_t i = 1; i <= cfg.ladder.size(); ++i) {
-    paths.push_back(cfg.out_dir + "/step" + std::to_string(i) + ".prom");
-    paths.push_back(cfg.out_dir + "/step" + std::to_string(i) + ".json");
+  for (std::size_t i = 1; i <= steps; ++i) {
+    paths.push_back(out_dir + "/step" + std::to_string(i) + ".prom");
+    paths.push_back(out_dir + "/step" + std::to_string(i) + ".json");
   }
-  paths.push_back(cfg.out_dir + "/report.md");
-  return paths;
-}
-
-std::vector<std::string> chat_export_paths(const demo::chat_config& cfg) {
-  std::vector<std::string> paths;
-  for (std::size_t i = 1; i <= cfg.ladder.size(); ++i) {
-    paths.push_back(cfg.out_dir + "/step" + std::to_string(i) + ".prom");
-    paths.push_back(cfg.out_dir + "/step" + std::to_string(i) + ".json");
-  }
-  paths.push_back(cfg.out_dir + "/ladder.json");
-  paths.push_back(cfg.out_dir + "/report.md");
+  for (const char* f : last) paths.push_back(out_dir + "/" + f);
   return paths;
 }
 
@@ -62,7 +54,8 @@ const char* simd_name() {
 
 // The language-model ladder: run, print, export, plot.
 int run_chat(const demo::chat_config& cfg, bool quiet, bool plot) {
-  const std::vector<std::string> exports = chat_export_paths(cfg);
+  const std::vector<std::string> exports =
+      export_paths(cfg.out_dir, cfg.ladder.size(), {"ladder.json", "report.md"});
   examples::prepare_output_dir(cfg.out_dir);
   for (const auto& p : exports) examples::check_writable(p);
   const std::string png = cfg.out_dir + "/ladder.png";
@@ -164,7 +157,7 @@ int main(int argc, char** argv) {
     }
   try {
     // The exports are checked before the run: a run of minutes whose results cannot be written is lost.
-    const std::vector<std::string> exports = export_paths(cfg);
+    const std::vector<std::string> exports = export_paths(cfg.out_dir, cfg.ladder.size(), {"report.md"});
     examples::prepare_output_dir(cfg.out_dir);
     for (const auto& p : exports) examples::check_writable(p);
     quiet = quiet || cfg.quiet;
