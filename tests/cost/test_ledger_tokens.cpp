@@ -32,7 +32,7 @@ fc::ledger_options one_nano_per_ns() {
 // token) and decode 96000 ns (4000 ns a token).
 template <class L>
 void record_steps(L& led) {
-  const std::pair<int, int> steps[] = {{0, 4}, {0, 8}, {100, 4}, {200, 8}};
+  const std::pair<int, int> steps[] = {{50, 4}, {50, 8}, {100, 4}, {100, 8}};
   for (auto [p, d] : steps)
     led.record_step_cost(std::uint64_t(p), std::uint64_t(d),
                          std::chrono::nanoseconds(15750 + 50 * p + 2000 * d));
@@ -94,6 +94,36 @@ TEST_CASE(
   CHECK(m.prefill_token_ns == doctest::Approx(100));
   CHECK(m.decode_token_ns == doctest::Approx(4000));
   CHECK(m.prefill_token_ns * 300 + m.decode_token_ns * 24 == doctest::Approx(126000));
+}
+
+TEST_CASE("ledger: a step of one kind of token is that kind's time, whole; only mixed steps are split") {
+  frugal::manual_clock clock;
+  SUBCASE("decode-only steps beside mixed ones") {
+    fc::ledger led(one_nano_per_ns(), clock);
+    const std::pair<int, int> steps[] = {{0, 4}, {0, 8}, {100, 4}, {200, 8}};
+    for (auto [p, d] : steps)
+      led.record_step_cost(std::uint64_t(p), std::uint64_t(d),
+                           std::chrono::nanoseconds(15750 + 50 * p + 2000 * d));
+    const fc::step_cost_model m = led.snapshot().step_costs;
+    REQUIRE(m.fitted);
+    CHECK(m.prefill_marginal_ns == doctest::Approx(50));
+    CHECK(m.decode_marginal_ns == doctest::Approx(2000));
+    // The decode-only steps (23750 + 31750 ns) are decode's; the mixed ones (70500 ns, 300 prefill and 12
+    // decode tokens) split 50·300 : 2000·12, so prefill gets 70500 · 15000 / 39000 = 27115.4 ns.
+    CHECK(m.prefill_token_ns == doctest::Approx(27115.3846 / 300));
+    CHECK(m.decode_token_ns == doctest::Approx((55500 + 70500 - 27115.3846) / 24));
+    CHECK(m.prefill_token_ns * 300 + m.decode_token_ns * 24 == doctest::Approx(126000));
+  }
+  SUBCASE("one request at a time: prefill steps and single-token decode steps, never mixed") {
+    fc::ledger led(one_nano_per_ns(), clock);
+    led.record_step_cost(100, 0, 20750ns);
+    led.record_step_cost(200, 0, 25750ns);
+    for (int i = 0; i < 3; ++i) led.record_step_cost(0, 1, 17750ns);
+    const fc::step_cost_model m = led.snapshot().step_costs;
+    // Each decode step reads the weights for one token: its whole time is that token's.
+    CHECK(m.prefill_token_ns == doctest::Approx(46500.0 / 300));
+    CHECK(m.decode_token_ns == doctest::Approx(17750));
+  }
 }
 
 TEST_CASE("ledger: without a fit, steps of one kind take all the time and mixed ones split it per token") {

@@ -376,6 +376,13 @@ class ledger {
     s.add(base + detail::s_pd, detail::mul_sat(p, d));
     s.add(base + detail::s_pt, detail::mul_sat(p, t));
     s.add(base + detail::s_dt, detail::mul_sat(d, t));
+    if (d == 0) {
+      s.add(base + detail::s_p1, p);
+      s.add(base + detail::s_t1, t);
+    } else if (p == 0) {
+      s.add(base + detail::s_d1, d);
+      s.add(base + detail::s_t1d, t);
+    }
   }
 
   /// @brief Records a model load on a device that took `duration` (overhead: paid, not serving).

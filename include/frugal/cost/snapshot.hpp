@@ -167,13 +167,13 @@ struct feature_figures {
 };
 
 /// @brief The measured cost of a prefill token and of a decode token (one sequence's decode step), from
-/// record_step_cost(). The steps' busy time is fitted by least squares as t = fixed + prefill·p +
-/// decode·d (p prefill tokens and d decode tokens in the step); the total busy time is then split between
-/// prefill and decode in proportion to their variable costs prefill·P and decode·D, so that the fixed
-/// cost of a step (e.g. reading the weights once) is shared between the tokens that ran in it and the two
-/// parts add up to the busy time measured. Without a fit (fewer than 3 steps, steps whose p and d do not
-/// vary independently, or a fitted marginal cost <= 0) every token of the window costs the same; with
-/// steps of only one kind, that kind takes all the time.
+/// record_step_cost(). A step that ran tokens of one kind only is that kind's time, whole. The time of the
+/// mixed steps is split between prefill and decode in proportion to their variable costs prefill·P and
+/// decode·D, from a least-squares fit over every step of t = fixed + prefill·p + decode·d (p prefill and d
+/// decode tokens in the step), so that a mixed step's fixed cost (e.g. reading the weights once) is shared
+/// between the tokens that ran in it; without a fit (fewer than 3 steps, p and d that do not vary
+/// independently, or a fitted marginal cost <= 0) every token of the mixed steps costs the same. The two
+/// parts add up to the busy time measured.
 struct step_cost_model {
   std::uint64_t steps = 0;
   std::uint64_t prefill_tokens = 0;
@@ -246,7 +246,24 @@ enum field : std::size_t {
   f_fixed_count,
 };
 // Ledger-wide sums of record_step_cost(), for the least-squares fit of the step's time.
-enum step_field : std::size_t { s_steps, s_p, s_d, s_t, s_pp, s_dd, s_pd, s_pt, s_dt, s_field_count };
+// s_p1 and s_t1: the prefill tokens and time of steps that ran no decode token; s_d1 and s_t1d: the decode
+// tokens and time of steps that ran no prefill token.
+enum step_field : std::size_t {
+  s_steps,
+  s_p,
+  s_d,
+  s_t,
+  s_pp,
+  s_dd,
+  s_pd,
+  s_pt,
+  s_dt,
+  s_p1,
+  s_t1,
+  s_d1,
+  s_t1d,
+  s_field_count
+};
 enum device_field : std::size_t {
   d_load,
   d_loads,

@@ -97,7 +97,6 @@ inline step_cost_model fit_step_costs(const std::array<std::uint64_t, s_field_co
   const double spd = double(g[s_pd]) - P * D / n;
   const double spt = double(g[s_pt]) - P * T / n, sdt = double(g[s_dt]) - D * T / n;
   const double det = spp * sdd - spd * spd;
-  double prefill_share = P / (P + D);
   if (m.steps >= 3 && spp > 0 && sdd > 0 && det > 1e-9 * spp * sdd) {
     const double a = (spt * sdd - sdt * spd) / det;
     const double b = (sdt * spp - spt * spd) / det;
@@ -106,11 +105,17 @@ inline step_cost_model fit_step_costs(const std::array<std::uint64_t, s_field_co
       m.prefill_marginal_ns = a;
       m.decode_marginal_ns = b;
       m.fixed_ns = (T - a * P - b * D) / n;
-      prefill_share = a * P / (a * P + b * D);
     }
   }
-  m.prefill_token_ns = T * prefill_share / P;
-  m.decode_token_ns = T * (1 - prefill_share) / D;
+  // The steps of one kind are that kind's time; the mixed steps' time is split by the fit's shares of
+  // their own tokens.
+  const double Pm = P - double(g[s_p1]), Dm = D - double(g[s_d1]);
+  const double Tm = std::max(0.0, T - double(g[s_t1]) - double(g[s_t1d]));
+  double mixed_share = Pm + Dm > 0 ? Pm / (Pm + Dm) : 0.0;
+  if (m.fitted && Pm + Dm > 0)
+    mixed_share = m.prefill_marginal_ns * Pm / (m.prefill_marginal_ns * Pm + m.decode_marginal_ns * Dm);
+  m.prefill_token_ns = (double(g[s_t1]) + Tm * mixed_share) / P;
+  m.decode_token_ns = (double(g[s_t1d]) + Tm * (1 - mixed_share)) / D;
   return m;
 }
 
