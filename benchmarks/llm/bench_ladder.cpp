@@ -38,6 +38,7 @@
 
 #include "chat_trace.hpp"
 #include "llama.hpp"
+#include "stats.hpp"
 
 namespace {
 
@@ -54,12 +55,12 @@ struct prepared {
   double arrival_s = 0;
 };
 
-/// @brief Rung 5's response cache, keyed by the prompt and the answer length (greedy). find() returning
-/// tokens resolves the request without a model step; store() is called with every answer.
-struct response_cache {
-  std::function<std::optional<std::vector<kv_token>>(std::span<const kv_token>, std::size_t)> find;
-  std::function<void(std::span<const kv_token>, std::size_t, const std::vector<kv_token>&)> store;
-};
+/// Rung 5's response cache: whole greedy completions keyed by the prompt and the answer length.
+using responses = frugal::response_cache<frugal::lru_cache<frugal::completion>>;
+
+frugal::response_request response_key(std::span<const kv_token> prompt, std::size_t answer) {
+  return {.model = "smollm2/native", .prompt = prompt, .max_tokens = answer};
+}
 
 struct kv_tally {
   // Summed over the steps: slots of the used blocks, tokens stored in them; contiguous reservations and the
@@ -87,13 +88,7 @@ struct rung_result {
   kv_tally kv;
 };
 
-double quantile(std::vector<double> v, double q) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const std::size_t i =
-      static_cast<std::size_t>(std::ceil(q * static_cast<double>(v.size()))) - (q > 0 ? 1 : 0);
-  return v[std::min(i, v.size() - 1)];
-}
+using examples::quantile;
 
 kv_token greedy(std::span<const float> row) { return *frugal::sample_token(row, {}, 0.0); }
 
@@ -180,7 +175,7 @@ rung_result run_static(const std::string& name, llama::model& m, const std::vect
 // Rungs 3 to 5: frugal::scheduler, the user's loop; the model runs each step on its KV cache.
 rung_result run_iteration(const std::string& name, llama::model& m, const std::vector<prepared>& trace,
                           frugal::scheduler_options o, frugal::quant::executor* threads,
-                          const response_cache* cache = nullptr) {
+                          responses* cache = nullptr) {
   rung_result r;
   r.name = name;
   o.vocab_size = m.cfg().vocab;
@@ -197,11 +192,11 @@ rung_result run_iteration(const std::string& name, llama::model& m, const std::v
   std::thread producer = replay(
       trace, start, arrival,
       [&](std::size_t i) {
-        if (cache && cache->find) {
-          if (auto hit = cache->find(trace[i].prompt, trace[i].answer)) {
+        if (cache) {
+          if (const auto hit = cache->get(response_key(trace[i].prompt, trace[i].answer))) {
             std::lock_guard lk(mu);
             r.ttft_ms.push_back(ms_since(arrival[i], clk::now()));
-            r.generated += hit->size();
+            r.generated += hit->tokens.size();
             last = std::max(last, clk::now());
             return;
           }
@@ -220,7 +215,9 @@ rung_result run_iteration(const std::string& name, llama::model& m, const std::v
               r.ttft_ms.push_back(std::chrono::duration<double, std::milli>(gen.time_to_first_token).count());
               r.generated += gen.tokens.size();
               last = std::max(last, clk::now());
-              if (cache && cache->store) cache->store(trace[i].prompt, trace[i].answer, gen.tokens);
+              if (cache)
+                cache->put(response_key(trace[i].prompt, trace[i].answer),
+                           {.tokens = gen.tokens, .prompt_tokens = gen.prompt_tokens});
             });
         job[id] = i;
       },
@@ -280,25 +277,6 @@ std::vector<kv_token> encode_chat(const llama::model& m, const std::vector<chat_
   std::vector<frugal::chat::message> cm;
   for (const auto& x : msgs) cm.push_back({x.role, x.content});
   return m.encode_chat(cm);
-}
-
-// Tokens of each prompt that an earlier prompt of the trace shares as a prefix, in whole blocks: what a
-// prefix cache of unbounded size could serve.
-std::size_t shareable_tokens(const std::vector<prepared>& t, std::size_t block) {
-  std::size_t total = 0;
-  for (std::size_t i = 0; i < t.size(); ++i) {
-    std::size_t best = 0;
-    for (std::size_t j = 0; j < i; ++j) {
-      std::size_t l = 0;
-      const auto& a = t[i].prompt;
-      const auto& b = t[j].prompt;
-      while (l < a.size() && l < b.size() && a[l] == b[l]) ++l;
-      best = std::max(best, l);
-    }
-    // The scheduler computes a prompt's last token whatever is cached (its logits are needed).
-    total += std::min(best, t[i].prompt.size() - 1) / block * block;
-  }
-  return total;
 }
 
 double median(std::vector<double> v) { return quantile(std::move(v), 0.5); }
@@ -455,7 +433,11 @@ int main(int argc, char** argv) try {
     prompt_tokens += t.back().prompt.size();
     answer_tokens += q.answer_tokens;
   }
-  const std::size_t block = plain->kv().stats().block_tokens, shareable = shareable_tokens(t, block);
+  const std::size_t block = plain->kv().stats().block_tokens, shareable = [&] {
+    std::vector<std::vector<kv_token>> prompts;
+    for (const auto& p : t) prompts.push_back(p.prompt);
+    return chat_trace::shareable_tokens(prompts, block);
+  }();
   std::size_t conversations = 0;
   for (const auto& q : trace) conversations = std::max(conversations, q.conversation + 1);
   std::cout << "{\"trace\": {\"requests\": " << t.size() << ", \"conversations\": " << conversations
@@ -478,22 +460,9 @@ int main(int argc, char** argv) try {
                                                  .kv_budget_bytes = std::size_t{1} << 30,
                                                  .prefix_caching = true});
     frugal::lru_cache<frugal::completion> store({.max_entries = 4096});
-    frugal::response_cache<frugal::lru_cache<frugal::completion>> responses(store);
-    const auto key = [](std::span<const kv_token> prompt, std::size_t answer) {
-      return frugal::response_request{.model = "smollm2/native", .prompt = prompt, .max_tokens = answer};
-    };
-    const response_cache hook{
-        .find = [&](std::span<const kv_token> prompt,
-                    std::size_t answer) -> std::optional<std::vector<kv_token>> {
-          if (const auto hit = responses.get(key(prompt, answer))) return hit->tokens;
-          return std::nullopt;
-        },
-        .store =
-            [&](std::span<const kv_token> prompt, std::size_t answer, const std::vector<kv_token>& tokens) {
-              responses.put(key(prompt, answer), {.tokens = tokens, .prompt_tokens = prompt.size()});
-            }};
-    results.push_back(run_iteration("5 + response cache", *fresh, t, so, &pool, &hook));
-    const frugal::response_cache_stats rs = responses.stats();
+    responses cache(store);
+    results.push_back(run_iteration("5 + response cache", *fresh, t, so, &pool, &cache));
+    const frugal::response_cache_stats rs = cache.stats();
     std::cout << "{\"response_cache\": {\"lookups\": " << rs.lookups << ", \"hits\": " << rs.hits << "}}"
               << std::endl;
   }

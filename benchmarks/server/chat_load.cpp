@@ -34,6 +34,7 @@
 
 #include "chat_trace.hpp"
 #include "flags.hpp"
+#include "stats.hpp"
 
 #include <httplib.h>
 
@@ -374,18 +375,14 @@ void run_one(connection& conn, const options& o, const std::string& body, clk::t
 
 json distribution(std::vector<double> v) {
   if (v.empty()) return {{"n", 0}, {"p50", nullptr}, {"p99", nullptr}, {"mean", nullptr}, {"max", nullptr}};
-  std::sort(v.begin(), v.end());
-  const auto rank = [&](double p) {  // nearest rank
-    const auto k = static_cast<std::size_t>(std::ceil(p * static_cast<double>(v.size())));
-    return v[std::clamp<std::size_t>(k, 1, v.size()) - 1];
-  };
+  const auto rank = [&](double p) { return examples::quantile(v, p); };
   double sum = 0;
   for (const double x : v) sum += x;
   return {{"n", v.size()},
           {"p50", rank(0.50)},
           {"p99", rank(0.99)},
           {"mean", sum / static_cast<double>(v.size())},
-          {"max", v.back()}};
+          {"max", *std::max_element(v.begin(), v.end())}};
 }
 
 json to_json(const record& r) {

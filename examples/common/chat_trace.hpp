@@ -170,6 +170,26 @@ inline std::vector<request> make(const options& o) {
   return out;
 }
 
+/// @brief The tokens of each prompt that an earlier prompt shares as a prefix, in whole blocks of @p block
+/// tokens, summed: what a prefix cache of unbounded size could serve. A prompt's last token never counts
+/// (a scheduler computes it whatever is cached: its logits are needed).
+template <class Token>
+std::size_t shareable_tokens(const std::vector<std::vector<Token>>& prompts, std::size_t block) {
+  std::size_t total = 0;
+  for (std::size_t i = 0; i < prompts.size(); ++i) {
+    const auto& a = prompts[i];
+    std::size_t best = 0;
+    for (std::size_t j = 0; j < i; ++j) {
+      const auto& b = prompts[j];
+      std::size_t l = 0;
+      while (l < a.size() && l < b.size() && a[l] == b[l]) ++l;
+      best = std::max(best, l);
+    }
+    if (!a.empty()) total += std::min(best, a.size() - 1) / block * block;
+  }
+  return total;
+}
+
 inline std::string json_string(const std::string& s) {
   std::string o = "\"";
   for (const char ch : s) {

@@ -28,6 +28,7 @@
 
 #include "../common/chat_trace.hpp"
 #include "../common/config.hpp"
+#include "../common/stats.hpp"
 #include "chat_loop.hpp"
 #include "config.hpp"
 #include "llama.hpp"
@@ -183,13 +184,6 @@ using chat_progress_fn = std::function<void(const std::string& step, std::size_t
 
 namespace detail {
 
-inline double quantile_ms(std::vector<double> v, double q) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const auto i = static_cast<std::size_t>(std::ceil(q * static_cast<double>(v.size())));
-  return v[std::min(i == 0 ? 0 : i - 1, v.size() - 1)];
-}
-
 inline double ms(std::chrono::nanoseconds d) { return std::chrono::duration<double, std::milli>(d).count(); }
 
 inline double to_double(const frugal::cost::money& m) { return std::stod(m.to_decimal()); }
@@ -224,21 +218,16 @@ inline chat_traffic make_chat_traffic(const chat_config& cfg, const llama::model
   chat_traffic t;
   t.trace = chat_trace::make(cfg.trace);
   std::map<std::vector<frugal::kv_token>, std::size_t> seen;
-  const std::size_t block = m.kv().stats().block_tokens;
+  std::vector<std::vector<frugal::kv_token>> prompts;
   for (const auto& q : t.trace) {
     std::vector<frugal::chat::message> msgs;
     for (const auto& x : q.messages) msgs.push_back({x.role, x.content});
     chat_request r{.prompt = m.encode_chat(msgs), .max_tokens = q.answer_tokens};
-    std::size_t best = 0;
-    for (const auto& prev : t.requests) {
-      std::size_t l = 0;
-      while (l < r.prompt.size() && l < prev.prompt.size() && r.prompt[l] == prev.prompt[l]) ++l;
-      best = std::max(best, l);
-    }
-    t.shareable_prompt_tokens += std::min(best, r.prompt.size() - 1) / block * block;
     if (seen[r.prompt]++ && q.repeated) ++t.repeated;
+    prompts.push_back(r.prompt);
     t.requests.push_back(std::move(r));
   }
+  t.shareable_prompt_tokens = chat_trace::shareable_tokens(prompts, m.kv().stats().block_tokens);
   return t;
 }
 
@@ -326,10 +315,10 @@ inline chat_step_result run_chat_step(const chat_config& cfg, const chat_step_co
     r.table = frugal::cost::to_table(snap);
   }
   r.answered = static_cast<std::size_t>(std::count(ok.begin(), ok.end(), true));
-  r.ttft_p50_ms = detail::quantile_ms(ttft, 0.5);
-  r.ttft_p99_ms = detail::quantile_ms(ttft, 0.99);
-  r.itl_p50_ms = detail::quantile_ms(itl, 0.5);
-  r.itl_p99_ms = detail::quantile_ms(itl, 0.99);
+  r.ttft_p50_ms = examples::quantile(ttft, 0.5);
+  r.ttft_p99_ms = examples::quantile(ttft, 0.99);
+  r.itl_p50_ms = examples::quantile(itl, 0.5);
+  r.itl_p99_ms = examples::quantile(itl, 0.99);
   return r;
 }
 

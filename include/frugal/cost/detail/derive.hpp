@@ -165,8 +165,8 @@ inline void count_figures(feature_figures& t, const std::array<std::uint64_t, f_
   t.response_prompt_tokens = c[f_response_prompt_tokens];
   t.response_generated_tokens = c[f_response_generated_tokens];
   t.prefix_saved_time = ns_of(token_time(t.cached_prompt_tokens, steps.prefill_token_ns));
-  t.response_saved_time = ns_of(add_sat(token_time(c[f_response_prompt_tokens], steps.prefill_token_ns),
-                                        token_time(c[f_response_generated_tokens], steps.decode_token_ns)));
+  t.response_saved_time = ns_of(add_sat(token_time(t.response_prompt_tokens, steps.prefill_token_ns),
+                                        token_time(t.response_generated_tokens, steps.decode_token_ns)));
   t.time_to_first_token = percentiles_of(ttft);
   t.time_to_first_token_histogram = std::move(ttft);
   t.inter_token_latency = percentiles_of(itl);
