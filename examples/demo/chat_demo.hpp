@@ -165,7 +165,7 @@ struct chat_step_result {
   std::uint64_t generated_tokens = 0;      ///< served, response cache hits included (usage)
   std::uint64_t response_hits = 0;
   std::uint64_t steps = 0, prefill_computed = 0, decode_tokens = 0;
-  double mean_step_sequences = 0;
+  double mean_step_sequences = 0;  ///< sequences in a model step, on average
   double ttft_p50_ms = 0, ttft_p99_ms = 0, itl_p50_ms = 0, itl_p99_ms = 0;
   double cost_per_million_input = 0, cost_per_million_output = 0;  ///< from the ledger, in its currency
   std::string currency;
@@ -297,10 +297,10 @@ inline chat_step_result run_chat_step(const chat_config& cfg, const chat_step_co
     r.steps = ss.steps;
     r.prefill_computed = ss.prefill_tokens;
     r.decode_tokens = ss.decode_tokens;
-    r.mean_step_sequences = loop.mean_step_sequences();
     r.kv_peak_bytes = loop.peak_kv_bytes();
     const frugal::cost::ledger_snapshot snap = loop.ledger().snapshot();
     const frugal::cost::feature_figures& f = *snap.find("chat");
+    r.mean_step_sequences = f.mean_batch_size;  // record_batch books each step's sequences
     r.cost_per_million_input = detail::to_double(f.cost_per_million_input);
     r.cost_per_million_output = detail::to_double(f.cost_per_million_output);
     r.currency = std::string(snap.cur.code());

@@ -127,11 +127,6 @@ class chat_loop {
     std::lock_guard g(m_);
     return peak_kv_bytes_;
   }
-  /// @brief Sequences in a model step, on average over the steps run.
-  double mean_step_sequences() const {
-    std::lock_guard g(m_);
-    return steps_ ? static_cast<double>(step_sequences_) / static_cast<double>(steps_) : 0.0;
-  }
   std::optional<frugal::response_cache_stats> response_stats() const {
     return responses_ ? std::optional(responses_->stats()) : std::nullopt;
   }
@@ -197,8 +192,6 @@ class chat_loop {
                             .capacity = static_cast<std::uint32_t>(opts_.max_running)});
       std::lock_guard g(m_);
       peak_kv_bytes_ = std::max(peak_kv_bytes_, model_.kv().stats().bytes_used);
-      ++steps_;
-      step_sequences_ += step->size();
     }
   }
 
@@ -214,7 +207,6 @@ class chat_loop {
   std::optional<frugal::response_cache<frugal::lru_cache<frugal::completion>>> responses_;
   mutable std::mutex m_;
   std::size_t peak_kv_bytes_ = 0;
-  std::uint64_t steps_ = 0, step_sequences_ = 0;
   std::jthread loop_;  // last: stopped before the rest goes
 };
 
