@@ -366,7 +366,8 @@ int usage(const std::string& what) {
             << "\nusage: bench_ladder --model FILE.gguf [--threads 2] [--requests 48] [--rate 6] [--seed 1]\n"
                "  [--max-running 32] [--step-tokens 256] [--rungs 1,2,3,4,5] [--no-costs] [--trace-out "
                "FILE.jsonl]\n"
-               "  [--fortunes DIR] [--repeat-share 0] [--answer-median 24]\n";
+               "  [--fortunes DIR] [--repeat-share 0] [--answer-median 24]\n"
+               "  [--answer-sigma 0.6] [--answer-max 96]\n";
   return 2;
 }
 
@@ -409,6 +410,10 @@ int main(int argc, char** argv) try {
       to.repeat_share = std::stod(next());
     else if (a == "--answer-median")
       to.answer_median = std::stod(next());
+    else if (a == "--answer-sigma")
+      to.answer_sigma = std::stod(next());
+    else if (a == "--answer-max")
+      to.answer_max = std::stoul(next());
     else
       return usage("unknown flag " + a);
   }

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 
@@ -38,37 +39,86 @@ inline void kv_accumulate_portable(float* acc, const float* w, const float* v, s
 FRUGAL_QUANT_SIMD_BEGIN
 
 // avx512: 16 lanes, lane j sums d = j, j + 16, ... with FMA (the last partial vector masked), then
-// _mm512_reduce_add_ps's fixed tree.
+// _mm512_reduce_add_ps's fixed tree. Four tokens at a time, each with its own accumulator, so that their
+// chains overlap; a token's operations are the same as alone.
+FRUGAL_QUANT_TARGET_AVX512 inline __m512 kv_dot_avx512(const float* q, const float* kt, std::size_t full,
+                                                       __mmask16 tail) noexcept {
+  __m512 acc = _mm512_setzero_ps();
+  std::size_t d = 0;
+  for (; d < full; d += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(q + d), _mm512_loadu_ps(kt + d), acc);
+  if (tail) acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, q + d), _mm512_maskz_loadu_ps(tail, kt + d), acc);
+  return acc;
+}
+
 FRUGAL_QUANT_TARGET_AVX512 inline void kv_scores_avx512(const float* q, const float* k, std::size_t count,
                                                         std::size_t D, float scale, float* scores) noexcept {
   const std::size_t full = D / 16 * 16;
   const __mmask16 tail = static_cast<__mmask16>((1u << (D - full)) - 1u);
-  for (std::size_t t = 0; t < count; ++t) {
-    const float* kt = k + t * D;
-    __m512 acc = _mm512_setzero_ps();
+  std::size_t t = 0;
+  for (; t + 4 <= count; t += 4) {
+    const float* k0 = k + t * D;
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
     std::size_t d = 0;
-    for (; d < full; d += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(q + d), _mm512_loadu_ps(kt + d), acc);
-    if (tail)
-      acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, q + d), _mm512_maskz_loadu_ps(tail, kt + d), acc);
-    scores[t] = _mm512_reduce_add_ps(acc) * scale;
+    for (; d < full; d += 16) {
+      const __m512 qv = _mm512_loadu_ps(q + d);
+      a0 = _mm512_fmadd_ps(qv, _mm512_loadu_ps(k0 + d), a0);
+      a1 = _mm512_fmadd_ps(qv, _mm512_loadu_ps(k0 + D + d), a1);
+      a2 = _mm512_fmadd_ps(qv, _mm512_loadu_ps(k0 + 2 * D + d), a2);
+      a3 = _mm512_fmadd_ps(qv, _mm512_loadu_ps(k0 + 3 * D + d), a3);
+    }
+    if (tail) {
+      const __m512 qv = _mm512_maskz_loadu_ps(tail, q + d);
+      a0 = _mm512_fmadd_ps(qv, _mm512_maskz_loadu_ps(tail, k0 + d), a0);
+      a1 = _mm512_fmadd_ps(qv, _mm512_maskz_loadu_ps(tail, k0 + D + d), a1);
+      a2 = _mm512_fmadd_ps(qv, _mm512_maskz_loadu_ps(tail, k0 + 2 * D + d), a2);
+      a3 = _mm512_fmadd_ps(qv, _mm512_maskz_loadu_ps(tail, k0 + 3 * D + d), a3);
+    }
+    scores[t] = _mm512_reduce_add_ps(a0) * scale;
+    scores[t + 1] = _mm512_reduce_add_ps(a1) * scale;
+    scores[t + 2] = _mm512_reduce_add_ps(a2) * scale;
+    scores[t + 3] = _mm512_reduce_add_ps(a3) * scale;
   }
+  for (; t < count; ++t) scores[t] = _mm512_reduce_add_ps(kv_dot_avx512(q, k + t * D, full, tail)) * scale;
+}
+
+// acc[d] += w[t] * v[t * D + d], t in order, for NV vectors of 16 from d0 (the last one masked): the tokens
+// run outside, the NV accumulators inside, so that NV chains overlap.
+template <std::size_t NV>
+FRUGAL_QUANT_TARGET_AVX512 inline void kv_accumulate_avx512_run(float* acc, const float* w, const float* v,
+                                                                std::size_t count, std::size_t D,
+                                                                __mmask16 last) noexcept {
+  __m512 a[NV];
+  for (std::size_t j = 0; j < NV; ++j)
+    a[j] = _mm512_maskz_loadu_ps(j + 1 == NV ? last : __mmask16{0xFFFF}, acc + 16 * j);
+  for (std::size_t t = 0; t < count; ++t) {
+    const __m512 wt = _mm512_set1_ps(w[t]);
+    const float* row = v + t * D;
+    for (std::size_t j = 0; j < NV; ++j)
+      a[j] = _mm512_fmadd_ps(wt, _mm512_maskz_loadu_ps(j + 1 == NV ? last : __mmask16{0xFFFF}, row + 16 * j),
+                             a[j]);
+  }
+  for (std::size_t j = 0; j < NV; ++j)
+    _mm512_mask_storeu_ps(acc + 16 * j, j + 1 == NV ? last : __mmask16{0xFFFF}, a[j]);
 }
 
 FRUGAL_QUANT_TARGET_AVX512 inline void kv_accumulate_avx512(float* acc, const float* w, const float* v,
                                                             std::size_t count, std::size_t D) noexcept {
-  const std::size_t full = D / 16 * 16;
-  const __mmask16 tail = static_cast<__mmask16>((1u << (D - full)) - 1u);
-  for (std::size_t d = 0; d < full; d += 16) {
-    __m512 a = _mm512_loadu_ps(acc + d);
-    for (std::size_t t = 0; t < count; ++t)
-      a = _mm512_fmadd_ps(_mm512_set1_ps(w[t]), _mm512_loadu_ps(v + t * D + d), a);
-    _mm512_storeu_ps(acc + d, a);
-  }
-  if (tail) {
-    __m512 a = _mm512_maskz_loadu_ps(tail, acc + full);
-    for (std::size_t t = 0; t < count; ++t)
-      a = _mm512_fmadd_ps(_mm512_set1_ps(w[t]), _mm512_maskz_loadu_ps(tail, v + t * D + full), a);
-    _mm512_mask_storeu_ps(acc + full, tail, a);
+  for (std::size_t d0 = 0; d0 < D; d0 += 128) {
+    const std::size_t left = std::min<std::size_t>(D - d0, 128), nv = (left + 15) / 16;
+    const __mmask16 last =
+        left % 16 == 0 ? __mmask16{0xFFFF} : static_cast<__mmask16>((1u << (left % 16)) - 1u);
+    float* a = acc + d0;
+    const float* vv = v + d0;
+    switch (nv) {
+      case 1: kv_accumulate_avx512_run<1>(a, w, vv, count, D, last); break;
+      case 2: kv_accumulate_avx512_run<2>(a, w, vv, count, D, last); break;
+      case 3: kv_accumulate_avx512_run<3>(a, w, vv, count, D, last); break;
+      case 4: kv_accumulate_avx512_run<4>(a, w, vv, count, D, last); break;
+      case 5: kv_accumulate_avx512_run<5>(a, w, vv, count, D, last); break;
+      case 6: kv_accumulate_avx512_run<6>(a, w, vv, count, D, last); break;
+      case 7: kv_accumulate_avx512_run<7>(a, w, vv, count, D, last); break;
+      default: kv_accumulate_avx512_run<8>(a, w, vv, count, D, last); break;
+    }
   }
 }
 
@@ -79,31 +129,83 @@ FRUGAL_QUANT_TARGET_AVX2 inline __m256i kv_mask8(std::size_t n) noexcept {
   return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)), idx);
 }
 
+FRUGAL_QUANT_TARGET_AVX2 inline float kv_hsum_avx2(__m256 acc) noexcept {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+  return _mm_cvtss_f32(s);
+}
+
+// Four tokens at a time, each with its own accumulator; a token's operations are the same as alone.
 FRUGAL_QUANT_TARGET_AVX2 inline void kv_scores_avx2(const float* q, const float* k, std::size_t count,
                                                     std::size_t D, float scale, float* scores) noexcept {
   const std::size_t full = D / 8 * 8;
   const __m256i tail = kv_mask8(D - full);
-  for (std::size_t t = 0; t < count; ++t) {
+  std::size_t t = 0;
+  for (; t + 4 <= count; t += 4) {
+    const float* k0 = k + t * D;
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    std::size_t d = 0;
+    for (; d < full; d += 8) {
+      const __m256 qv = _mm256_loadu_ps(q + d);
+      a0 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k0 + d), a0);
+      a1 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k0 + D + d), a1);
+      a2 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k0 + 2 * D + d), a2);
+      a3 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k0 + 3 * D + d), a3);
+    }
+    if (d < D) {
+      const __m256 qv = _mm256_maskload_ps(q + d, tail);
+      a0 = _mm256_fmadd_ps(qv, _mm256_maskload_ps(k0 + d, tail), a0);
+      a1 = _mm256_fmadd_ps(qv, _mm256_maskload_ps(k0 + D + d, tail), a1);
+      a2 = _mm256_fmadd_ps(qv, _mm256_maskload_ps(k0 + 2 * D + d, tail), a2);
+      a3 = _mm256_fmadd_ps(qv, _mm256_maskload_ps(k0 + 3 * D + d, tail), a3);
+    }
+    scores[t] = kv_hsum_avx2(a0) * scale;
+    scores[t + 1] = kv_hsum_avx2(a1) * scale;
+    scores[t + 2] = kv_hsum_avx2(a2) * scale;
+    scores[t + 3] = kv_hsum_avx2(a3) * scale;
+  }
+  for (; t < count; ++t) {
     const float* kt = k + t * D;
     __m256 acc = _mm256_setzero_ps();
     std::size_t d = 0;
     for (; d < full; d += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), _mm256_loadu_ps(kt + d), acc);
     if (d < D) acc = _mm256_fmadd_ps(_mm256_maskload_ps(q + d, tail), _mm256_maskload_ps(kt + d, tail), acc);
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
-    scores[t] = _mm_cvtss_f32(s) * scale;
+    scores[t] = kv_hsum_avx2(acc) * scale;
   }
+}
+
+// acc[d] += w[t] * v[t * D + d], t in order, for NV full vectors of 8 from acc: tokens outside, the NV
+// accumulators inside.
+template <std::size_t NV>
+FRUGAL_QUANT_TARGET_AVX2 inline void kv_accumulate_avx2_run(float* acc, const float* w, const float* v,
+                                                            std::size_t count, std::size_t D) noexcept {
+  __m256 a[NV];
+  for (std::size_t j = 0; j < NV; ++j) a[j] = _mm256_loadu_ps(acc + 8 * j);
+  for (std::size_t t = 0; t < count; ++t) {
+    const __m256 wt = _mm256_set1_ps(w[t]);
+    const float* row = v + t * D;
+    for (std::size_t j = 0; j < NV; ++j) a[j] = _mm256_fmadd_ps(wt, _mm256_loadu_ps(row + 8 * j), a[j]);
+  }
+  for (std::size_t j = 0; j < NV; ++j) _mm256_storeu_ps(acc + 8 * j, a[j]);
 }
 
 FRUGAL_QUANT_TARGET_AVX2 inline void kv_accumulate_avx2(float* acc, const float* w, const float* v,
                                                         std::size_t count, std::size_t D) noexcept {
   const std::size_t full = D / 8 * 8;
-  for (std::size_t d = 0; d < full; d += 8) {
-    __m256 a = _mm256_loadu_ps(acc + d);
-    for (std::size_t t = 0; t < count; ++t)
-      a = _mm256_fmadd_ps(_mm256_set1_ps(w[t]), _mm256_loadu_ps(v + t * D + d), a);
-    _mm256_storeu_ps(acc + d, a);
+  for (std::size_t d0 = 0; d0 < full; d0 += 64) {
+    float* a = acc + d0;
+    const float* vv = v + d0;
+    switch (std::min<std::size_t>((full - d0) / 8, 8)) {
+      case 1: kv_accumulate_avx2_run<1>(a, w, vv, count, D); break;
+      case 2: kv_accumulate_avx2_run<2>(a, w, vv, count, D); break;
+      case 3: kv_accumulate_avx2_run<3>(a, w, vv, count, D); break;
+      case 4: kv_accumulate_avx2_run<4>(a, w, vv, count, D); break;
+      case 5: kv_accumulate_avx2_run<5>(a, w, vv, count, D); break;
+      case 6: kv_accumulate_avx2_run<6>(a, w, vv, count, D); break;
+      case 7: kv_accumulate_avx2_run<7>(a, w, vv, count, D); break;
+      default: kv_accumulate_avx2_run<8>(a, w, vv, count, D); break;
+    }
   }
   for (std::size_t d = full; d < D; ++d)
     for (std::size_t t = 0; t < count; ++t) acc[d] = std::fma(w[t], v[t * D + d], acc[d]);
