@@ -244,7 +244,7 @@ rung_result run_iteration(const std::string& name, llama::model& m, const std::v
       for (const auto& [i, v] : reserved) res += v;
       r.kv.sample(m.kv(), res, static_cast<double>(reserved.size()) * ctx);
     }
-    s.complete(*st, logits);
+    s.complete(*st, logits, threads);
   }
   producer.join();
   const frugal::scheduler_stats ss = s.stats();
@@ -300,7 +300,7 @@ std::string scheduler_cost(llama::model& m, const std::vector<prepared>& trace, 
     if (!st) break;
     const std::vector<float> logits = m.run_step(*st, threads);
     const auto t2 = clk::now();
-    s.complete(*st, logits);
+    s.complete(*st, logits, threads);
     const auto t3 = clk::now();
     if (st->decode_tokens() == running && st->size() == running) {
       sched_ms.push_back(ms_since(t0, t1) + ms_since(t2, t3));

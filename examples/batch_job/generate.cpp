@@ -210,7 +210,7 @@ class llama_generator final : public generator {
     }
     if (o_.slow_step.count()) std::this_thread::sleep_for(o_.slow_step);
     prefill_ += st->tokens() - st->decode_tokens();
-    sched_.complete(*st, logits);
+    sched_.complete(*st, logits, &pool_);
     busy_s_ += std::chrono::duration<double>(clock_type::now() - t0).count();
     ++steps_;
     const std::uint64_t g = sched_.stats().generated_tokens;

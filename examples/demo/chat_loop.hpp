@@ -178,7 +178,7 @@ class chat_loop {
       const auto t0 = clock::now();
       try {
         const std::vector<float> logits = model_.run_step(*step, &pool_);
-        sched_.complete(*step, logits);
+        sched_.complete(*step, logits, &pool_);
       } catch (...) {
         sched_.fail(*step, std::current_exception());
         continue;

@@ -154,7 +154,7 @@ class llm_engine {
         continue;
       }
       try {
-        sched_.complete(*step, logits);
+        sched_.complete(*step, logits, &threads_);
       } catch (...) {
         sched_.fail(*step, std::current_exception());
       }

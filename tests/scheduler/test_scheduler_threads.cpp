@@ -70,3 +70,40 @@ TEST_CASE(
   CHECK(kv.stats().blocks_used == 0);
   CHECK(kv.stats().sequences == 0);
 }
+
+TEST_CASE(
+    "scheduler: complete with an executor samples each row on it and gives every sequence what it gives "
+    "alone") {
+  constexpr std::size_t vocab = 64;
+  frugal::kv_cache kv(sched_test::kv_options(400));
+  frugal::scheduler<> s(kv, {.max_running = 12, .step_tokens = 32, .vocab_size = vocab});
+  sched_test::fake_model m(kv, vocab);
+  frugal::quant::thread_pool pool(3);
+  struct job {
+    std::vector<frugal::kv_token> prompt;
+    frugal::sampling_params p;
+    frugal::light_future<frugal::generation> result;
+  };
+  std::vector<job> jobs;
+  for (std::size_t i = 0; i < 12; ++i) {
+    job j;
+    for (std::size_t t = 0; t < 3 + i % 5; ++t) j.prompt.push_back(static_cast<frugal::kv_token>(7 * i + t));
+    // Greedy, and seeded temperature and top-p, so that a row given another row's logits or seed shows.
+    j.p = i % 3 == 0 ? frugal::sampling_params{}
+                     : frugal::sampling_params{.temperature = 0.9f, .top_p = 0.8f, .seed = 100 + i};
+    j.result = s.submit({.prompt = j.prompt, .sampling = j.p, .max_tokens = 6 + i % 4}).result;
+    jobs.push_back(std::move(j));
+  }
+  std::size_t widest = 0;
+  while (auto st = s.try_next_step()) {
+    widest = std::max(widest, st->logits_rows());
+    s.complete(*st, m.run(*st), &pool);
+  }
+  CHECK(widest >= 4);  // rows were split over the pool's threads
+  for (std::size_t i = 0; i < jobs.size(); ++i) {
+    CAPTURE(i);
+    const frugal::generation g = jobs[i].result.get();
+    CHECK(g.tokens == sched_test::reference(jobs[i].prompt, 6 + i % 4, {}, jobs[i].p, vocab).tokens);
+  }
+  CHECK(kv.stats().blocks_used == 0);
+}

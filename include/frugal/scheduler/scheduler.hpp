@@ -20,6 +20,7 @@
 #include "frugal/cost/histogram.hpp"
 #include "frugal/kv/kv_cache.hpp"
 #include "frugal/namespace.hpp"
+#include "frugal/quant/parallel.hpp"
 #include "frugal/scheduler/detail/core.hpp"
 #include "frugal/scheduler/detail/sequence.hpp"
 #include "frugal/scheduler/errors.hpp"
@@ -226,9 +227,11 @@ class scheduler : private detail::scheduler_core {
   /// @brief Completes a step with the model's logits: logits_rows() rows of vocab_size floats, in the order
   /// of the entries that asked. Commits the entries' KV, samples each row with its sequence's parameters,
   /// streams the tokens, and resolves the sequences that finished or were cancelled or expired meanwhile.
+  /// With `threads`, the rows are sampled in parallel on it (the same tokens: a row's sample depends only
+  /// on its logits, its parameters and its seed); tokens stream and sequences resolve on the caller.
   /// Throws std::invalid_argument on a wrong size (the step stays outstanding), std::logic_error for a step
   /// that is not the outstanding one.
-  void complete(const step& st, std::span<const float> logits) {
+  void complete(const step& st, std::span<const float> logits, quant::executor* threads = nullptr) {
     check_outstanding(st, "complete");
     const std::size_t V = o_.vocab_size;
     if (V == 0)
@@ -238,10 +241,23 @@ class scheduler : private detail::scheduler_core {
       throw std::invalid_argument("frugal::scheduler::complete: got " + std::to_string(logits.size()) +
                                   " logits for " + std::to_string(st.logits_rows()) + " rows of vocab_size " +
                                   std::to_string(V));
-    finish_step(st, ns(clock_.now()), [&](std::size_t row, const detail::sched_seq& s) {
+    const auto sample = [&](std::size_t row, const detail::sched_seq& s) {
       return sample_token(logits.subspan(row * V, V), s.sampling,
                           sampling_uniform(s.sampling.seed, s.generated));
+    };
+    const std::size_t rows = st.logits_rows();
+    const std::size_t parts = threads ? std::min(threads->concurrency(), rows) : 1;
+    if (parts <= 1) {
+      finish_step(st, ns(clock_.now()), sample);
+      return;
+    }
+    const std::vector<const detail::sched_seq*> of_row = sampled_sequences(st);
+    std::vector<std::optional<kv_token>> picked(rows);
+    threads->parallel_for(parts, [&](std::size_t p) {
+      for (std::size_t r = rows * p / parts; r < rows * (p + 1) / parts; ++r) picked[r] = sample(r, *of_row[r]);
     });
+    finish_step(st, ns(clock_.now()),
+                [&](std::size_t row, const detail::sched_seq&) { return picked[row]; });
   }
 
   /// @brief Completes a step with the tokens the model sampled itself: one per entry that asked for logits.

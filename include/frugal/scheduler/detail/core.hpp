@@ -315,6 +315,15 @@ class scheduler_core {
     if (!r) throw std::logic_error("frugal::scheduler: an append that fitting() allowed was refused");
   }
 
+  /// The sequence of each logits row of the step, in row order.
+  static std::vector<const sched_seq*> sampled_sequences(const step& st) {
+    std::vector<const sched_seq*> rows;
+    rows.reserve(st.entries_.size());
+    for (std::size_t k = 0; k < st.entries_.size(); ++k)
+      if (st.entries_[k].logits) rows.push_back(st.seqs_[k]);
+    return rows;
+  }
+
   template <class Pick>
   void finish_step(const step& st, std::int64_t now, Pick&& pick) {
     outstanding_ = 0;
