@@ -4,6 +4,7 @@
 //   2. static batches of whole requests (frugal::batcher, window 0, max_batch = --max-running: a batch is
 //      prefilled in one step and decoded until its longest answer ends; nothing joins it meanwhile; the
 //      Orca paper's baseline);
+//   2p. 2 with each batch's finished sequences still computed until the batch ends (--rungs p);
 //   3. iteration-level scheduling (frugal::scheduler, prefix caching off);
 //   4. 3 with prefix caching;
 //   5. 4 with the response cache (frugal::response_cache over an LRU, keyed by the prompt and max_tokens:
@@ -110,9 +111,11 @@ std::thread replay(const std::vector<prepared>& trace, clk::time_point start,
 
 // Rungs 1 and 2: whole requests grouped by frugal::batcher; each batch prefilled in one packed step, then
 // decoded together until its longest answer ends. Finished sequences leave the step (no padding is
-// computed), but no request joins a batch once it started.
+// computed), but no request joins a batch once it started. `padded` (rung 2p) keeps them in every step
+// until the batch ends, their rows computed and thrown away, as the Orca paper's FasterTransformer
+// baseline computes a batch's padding.
 rung_result run_static(const std::string& name, llama::model& m, const std::vector<prepared>& trace,
-                       std::size_t max_batch, frugal::quant::executor* threads) {
+                       std::size_t max_batch, frugal::quant::executor* threads, bool padded = false) {
   rung_result r;
   r.name = name;
   frugal::batcher<std::size_t, int> b({.window = std::chrono::nanoseconds(0), .max_batch = max_batch});
@@ -127,10 +130,13 @@ rung_result run_static(const std::string& name, llama::model& m, const std::vect
     const std::span<const std::size_t> ids = bt->requests();
     const std::size_t k = ids.size();
     std::vector<llama::sequence> seqs;
+    // Padded, every sequence runs for the batch's longest answer; else each for its own.
+    std::size_t longest = 0;
+    for (std::size_t i = 0; i < k; ++i) longest = std::max(longest, trace[ids[i]].answer);
     double reserve = 0;
     for (std::size_t i = 0; i < k; ++i) {
       seqs.push_back(m.open());
-      reserve += static_cast<double>(trace[ids[i]].prompt.size() + trace[ids[i]].answer);
+      reserve += static_cast<double>(trace[ids[i]].prompt.size() + (padded ? longest : trace[ids[i]].answer));
     }
     std::vector<llama::input> in;
     for (std::size_t i = 0; i < k; ++i) in.push_back({.seq = &seqs[i], .tokens = trace[ids[i]].prompt});
@@ -150,12 +156,19 @@ rung_result run_static(const std::string& name, llama::model& m, const std::vect
       in.clear();
       std::vector<std::size_t> live;
       for (std::size_t i = 0; i < k; ++i)
-        if (made[i] < trace[ids[i]].answer) {
-          in.push_back({.seq = &seqs[i], .tokens = std::span(&cur[i], 1)});
-          live.push_back(i);
-        }
-      if (in.empty()) break;
-      logits = m.forward(in, threads);
+        if (made[i] < trace[ids[i]].answer) live.push_back(i);
+      if (live.empty()) break;
+      for (std::size_t i = 0; i < k; ++i)
+        if (padded || made[i] < trace[ids[i]].answer) in.push_back({.seq = &seqs[i], .tokens = std::span(&cur[i], 1)});
+      if (padded) {
+        std::vector<float> all = m.forward(in, threads);
+        logits.resize(live.size() * m.cfg().vocab);
+        for (std::size_t j = 0; j < live.size(); ++j)
+          std::copy_n(all.begin() + static_cast<std::ptrdiff_t>(live[j] * m.cfg().vocab), m.cfg().vocab,
+                      logits.begin() + static_cast<std::ptrdiff_t>(j * m.cfg().vocab));
+      } else {
+        logits = m.forward(in, threads);
+      }
       r.kv.sample(m.kv(), reserve, static_cast<double>(k * ctx));
       ++r.steps;
       for (std::size_t j = 0; j < live.size(); ++j) {
@@ -364,7 +377,7 @@ std::string kernel_cost(const std::string& path, llama::precision p, bool invari
 int usage(const std::string& what) {
   std::cerr << "bench_ladder: " << what
             << "\nusage: bench_ladder --model FILE.gguf [--threads 2] [--requests 48] [--rate 6] [--seed 1]\n"
-               "  [--max-running 32] [--step-tokens 256] [--rungs 1,2,3,4,5] [--no-costs] [--trace-out "
+               "  [--max-running 32] [--step-tokens 256] [--rungs 1,2,p,3,4,5] [--no-costs] [--trace-out "
                "FILE.jsonl]\n"
                "  [--fortunes DIR] [--repeat-share 0] [--answer-median 24]\n"
                "  [--answer-sigma 0.6] [--answer-max 96]\n";
@@ -374,7 +387,7 @@ int usage(const std::string& what) {
 }  // namespace
 
 int main(int argc, char** argv) try {
-  std::string model_path, rungs = "1,2,3,4,5", trace_out;
+  std::string model_path, rungs = "1,2,p,3,4,5", trace_out;
   std::size_t threads_n = 2, max_running = 32, step_tokens = 256;
   bool costs = true;
   chat_trace::options to;
@@ -457,6 +470,8 @@ int main(int argc, char** argv) try {
   const frugal::scheduler_options so{.max_running = max_running, .step_tokens = step_tokens};
   if (has('1')) results.push_back(run_static("1 one at a time", *plain, t, 1, &pool));
   if (has('2')) results.push_back(run_static("2 static batches", *plain, t, max_running, &pool));
+  if (has('p'))
+    results.push_back(run_static("2p static batches, padded", *plain, t, max_running, &pool, true));
   if (has('3')) results.push_back(run_iteration("3 iteration-level", *plain, t, so, &pool));
   if (has('4')) results.push_back(run_iteration("4 + prefix caching", *cached, t, so, &pool));
   if (has('5')) {
