@@ -17,6 +17,8 @@
 #include <string>
 #include <vector>
 
+#include <frugal/quant/cpu.hpp>
+
 #include "../common/flags.hpp"
 #include "../common/write.hpp"
 #include "chat_demo.hpp"
@@ -44,11 +46,12 @@ std::vector<std::string> export_paths(const std::string& out_dir, std::size_t st
   return paths;
 }
 
+// The widest path the library's kernels take here, as they choose it (FRUGAL_MAX_CPU_ISA caps it).
 const char* simd_name() {
-#if defined(__x86_64__)
-  if (__builtin_cpu_supports("avx512vnni")) return "AVX-512 VNNI";
-  if (__builtin_cpu_supports("avx2")) return "AVX2";
-#endif
+  using frugal::quant::simd_path;
+  for (const simd_path p :
+       {simd_path::amx, simd_path::avx512_vnni, simd_path::avx512, simd_path::avx_vnni, simd_path::avx2})
+    if (frugal::quant::is_supported(p)) return frugal::quant::to_string(p);
   return "portable";
 }
 
