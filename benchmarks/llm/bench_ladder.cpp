@@ -159,7 +159,8 @@ rung_result run_static(const std::string& name, llama::model& m, const std::vect
         if (made[i] < trace[ids[i]].answer) live.push_back(i);
       if (live.empty()) break;
       for (std::size_t i = 0; i < k; ++i)
-        if (padded || made[i] < trace[ids[i]].answer) in.push_back({.seq = &seqs[i], .tokens = std::span(&cur[i], 1)});
+        if (padded || made[i] < trace[ids[i]].answer)
+          in.push_back({.seq = &seqs[i], .tokens = std::span(&cur[i], 1)});
       if (padded) {
         std::vector<float> all = m.forward(in, threads);
         logits.resize(live.size() * m.cfg().vocab);

@@ -23,8 +23,8 @@ using frugal_test::needs;
 
 std::string model_path() { return frugal_test::gguf_model_path(); }
 
-// Under the sanitizers the ladder serves 6 requests from 2 clients instead of 10 from 3: the same checks, with
-// fewer fp32 steps (instrumented, an fp32 GEMM is most of the sanitizer build's time).
+// Under the sanitizers the ladder serves 6 requests from 2 clients instead of 10 from 3: the same checks,
+// with fewer fp32 steps (instrumented, an fp32 GEMM is most of the sanitizer build's time).
 #if FRUGAL_CHAT_DEMO_QUICK
 constexpr std::size_t requests = 6, clients = 2;
 #else

@@ -245,19 +245,20 @@ class scheduler : private detail::scheduler_core {
       return sample_token(logits.subspan(row * V, V), s.sampling,
                           sampling_uniform(s.sampling.seed, s.generated));
     };
+    const std::int64_t now = ns(clock_.now());  // the step's time, before any sampling on either path
     const std::size_t rows = st.logits_rows();
     const std::size_t parts = threads ? std::min(threads->concurrency(), rows) : 1;
     if (parts <= 1) {
-      finish_step(st, ns(clock_.now()), sample);
+      finish_step(st, now, sample);
       return;
     }
     const std::vector<const detail::sched_seq*> of_row = sampled_sequences(st);
     std::vector<std::optional<kv_token>> picked(rows);
     threads->parallel_for(parts, [&](std::size_t p) {
-      for (std::size_t r = rows * p / parts; r < rows * (p + 1) / parts; ++r) picked[r] = sample(r, *of_row[r]);
+      for (std::size_t r = rows * p / parts; r < rows * (p + 1) / parts; ++r)
+        picked[r] = sample(r, *of_row[r]);
     });
-    finish_step(st, ns(clock_.now()),
-                [&](std::size_t row, const detail::sched_seq&) { return picked[row]; });
+    finish_step(st, now, [&](std::size_t row, const detail::sched_seq&) { return picked[row]; });
   }
 
   /// @brief Completes a step with the tokens the model sampled itself: one per entry that asked for logits.

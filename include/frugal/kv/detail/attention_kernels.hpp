@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <type_traits>
 
 #include "frugal/namespace.hpp"
 #include "frugal/quant/detail/cpu.hpp"
@@ -35,6 +36,38 @@ inline void kv_accumulate_portable(float* acc, const float* w, const float* v, s
     for (std::size_t d = 0; d < D; ++d) acc[d] += w[t] * v[t * D + d];
 }
 
+// Calls run(std::integral_constant<std::size_t, n>{}) for n in [1, 8], so that a kernel keeps n
+// accumulators in registers.
+template <class Run>
+inline void kv_with_vectors(std::size_t n, Run&& run) {
+  switch (n) {
+    case 1:
+      run(std::integral_constant<std::size_t, 1>{});
+      break;
+    case 2:
+      run(std::integral_constant<std::size_t, 2>{});
+      break;
+    case 3:
+      run(std::integral_constant<std::size_t, 3>{});
+      break;
+    case 4:
+      run(std::integral_constant<std::size_t, 4>{});
+      break;
+    case 5:
+      run(std::integral_constant<std::size_t, 5>{});
+      break;
+    case 6:
+      run(std::integral_constant<std::size_t, 6>{});
+      break;
+    case 7:
+      run(std::integral_constant<std::size_t, 7>{});
+      break;
+    default:
+      run(std::integral_constant<std::size_t, 8>{});
+      break;
+  }
+}
+
 #if FRUGAL_QUANT_X86
 FRUGAL_QUANT_SIMD_BEGIN
 
@@ -46,7 +79,8 @@ FRUGAL_QUANT_TARGET_AVX512 inline __m512 kv_dot_avx512(const float* q, const flo
   __m512 acc = _mm512_setzero_ps();
   std::size_t d = 0;
   for (; d < full; d += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(q + d), _mm512_loadu_ps(kt + d), acc);
-  if (tail) acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, q + d), _mm512_maskz_loadu_ps(tail, kt + d), acc);
+  if (tail)
+    acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, q + d), _mm512_maskz_loadu_ps(tail, kt + d), acc);
   return acc;
 }
 
@@ -107,18 +141,7 @@ FRUGAL_QUANT_TARGET_AVX512 inline void kv_accumulate_avx512(float* acc, const fl
     const std::size_t left = std::min<std::size_t>(D - d0, 128), nv = (left + 15) / 16;
     const __mmask16 last =
         left % 16 == 0 ? __mmask16{0xFFFF} : static_cast<__mmask16>((1u << (left % 16)) - 1u);
-    float* a = acc + d0;
-    const float* vv = v + d0;
-    switch (nv) {
-      case 1: kv_accumulate_avx512_run<1>(a, w, vv, count, D, last); break;
-      case 2: kv_accumulate_avx512_run<2>(a, w, vv, count, D, last); break;
-      case 3: kv_accumulate_avx512_run<3>(a, w, vv, count, D, last); break;
-      case 4: kv_accumulate_avx512_run<4>(a, w, vv, count, D, last); break;
-      case 5: kv_accumulate_avx512_run<5>(a, w, vv, count, D, last); break;
-      case 6: kv_accumulate_avx512_run<6>(a, w, vv, count, D, last); break;
-      case 7: kv_accumulate_avx512_run<7>(a, w, vv, count, D, last); break;
-      default: kv_accumulate_avx512_run<8>(a, w, vv, count, D, last); break;
-    }
+    kv_with_vectors(nv, [&](auto n) { kv_accumulate_avx512_run<n()>(acc + d0, w, v + d0, count, D, last); });
   }
 }
 
@@ -194,18 +217,8 @@ FRUGAL_QUANT_TARGET_AVX2 inline void kv_accumulate_avx2(float* acc, const float*
                                                         std::size_t count, std::size_t D) noexcept {
   const std::size_t full = D / 8 * 8;
   for (std::size_t d0 = 0; d0 < full; d0 += 64) {
-    float* a = acc + d0;
-    const float* vv = v + d0;
-    switch (std::min<std::size_t>((full - d0) / 8, 8)) {
-      case 1: kv_accumulate_avx2_run<1>(a, w, vv, count, D); break;
-      case 2: kv_accumulate_avx2_run<2>(a, w, vv, count, D); break;
-      case 3: kv_accumulate_avx2_run<3>(a, w, vv, count, D); break;
-      case 4: kv_accumulate_avx2_run<4>(a, w, vv, count, D); break;
-      case 5: kv_accumulate_avx2_run<5>(a, w, vv, count, D); break;
-      case 6: kv_accumulate_avx2_run<6>(a, w, vv, count, D); break;
-      case 7: kv_accumulate_avx2_run<7>(a, w, vv, count, D); break;
-      default: kv_accumulate_avx2_run<8>(a, w, vv, count, D); break;
-    }
+    kv_with_vectors(std::min<std::size_t>((full - d0) / 8, 8),
+                    [&](auto n) { kv_accumulate_avx2_run<n()>(acc + d0, w, v + d0, count, D); });
   }
   for (std::size_t d = full; d < D; ++d)
     for (std::size_t t = 0; t < count; ++t) acc[d] = std::fma(w[t], v[t * D + d], acc[d]);
