@@ -85,7 +85,7 @@ struct rung_result {
   double wall_s = 0;
   std::size_t generated = 0;
   std::vector<double> ttft_ms;
-  std::uint64_t prefill_computed = 0, prefix_hits = 0, steps = 0, preemptions = 0, failed = 0;
+  std::uint64_t prefill_computed = 0, prefix_hits = 0, steps = 0, preemptions = 0, recomputed = 0, failed = 0;
   kv_tally kv;
 };
 
@@ -266,6 +266,7 @@ rung_result run_iteration(const std::string& name, llama::model& m, const std::v
   r.prefix_hits = ss.prefix_hit_tokens;
   r.steps = ss.steps;
   r.preemptions = ss.preemptions;
+  r.recomputed = ss.recomputed_tokens;
   r.wall_s = std::chrono::duration<double>(last - start).count();
   return r;
 }
@@ -279,8 +280,9 @@ std::string json(const rung_result& r, std::size_t kv_bytes_per_token) {
     << ", \"ttft_ms\": {\"p50\": " << quantile(r.ttft_ms, 0.5) << ", \"p99\": " << quantile(r.ttft_ms, 0.99)
     << "}, \"prefill_tokens_computed\": " << r.prefill_computed
     << ", \"prefix_hit_tokens\": " << r.prefix_hits << ", \"steps\": " << r.steps
-    << ", \"preemptions\": " << r.preemptions << ", \"failed\": " << r.failed
-    << ", \"kv\": {\"bytes_per_token\": " << kv_bytes_per_token << ", \"peak_bytes\": " << r.kv.peak_bytes
+    << ", \"preemptions\": " << r.preemptions << ", \"recomputed_tokens\": " << r.recomputed
+    << ", \"failed\": " << r.failed << ", \"kv\": {\"bytes_per_token\": " << kv_bytes_per_token
+    << ", \"peak_bytes\": " << r.kv.peak_bytes
     << ", \"paged_waste\": " << share(r.kv.paged_tokens, r.kv.paged_slots)
     << ", \"contiguous_max_tokens_waste\": " << share(r.kv.seq_tokens, r.kv.reserved_max)
     << ", \"contiguous_context_waste\": " << share(r.kv.seq_tokens, r.kv.reserved_context) << "}}";
@@ -381,7 +383,7 @@ int usage(const std::string& what) {
                "  [--max-running 32] [--step-tokens 256] [--rungs 1,2,p,3,4,5] [--no-costs] [--trace-out "
                "FILE.jsonl]\n"
                "  [--fortunes DIR] [--repeat-share 0] [--answer-median 24]\n"
-               "  [--answer-sigma 0.6] [--answer-max 96]\n";
+               "  [--answer-sigma 0.6] [--answer-max 96] [--kv-budget-mb 1024]\n";
   return 2;
 }
 
@@ -389,7 +391,7 @@ int usage(const std::string& what) {
 
 int main(int argc, char** argv) try {
   std::string model_path, rungs = "1,2,p,3,4,5", trace_out;
-  std::size_t threads_n = 2, max_running = 32, step_tokens = 256;
+  std::size_t threads_n = 2, max_running = 32, step_tokens = 256, kv_budget_mb = 1024;
   bool costs = true;
   chat_trace::options to;
   for (int i = 1; i < argc; ++i) {
@@ -424,6 +426,8 @@ int main(int argc, char** argv) try {
       to.repeat_share = std::stod(next());
     else if (a == "--answer-median")
       to.answer_median = std::stod(next());
+    else if (a == "--kv-budget-mb")
+      kv_budget_mb = std::stoul(next());
     else if (a == "--answer-sigma")
       to.answer_sigma = std::stod(next());
     else if (a == "--answer-max")
@@ -438,13 +442,14 @@ int main(int argc, char** argv) try {
     chat_trace::write_jsonl(f, trace);
     if (!f) throw std::runtime_error(trace_out + ": cannot write the trace");
   }
+  const std::size_t kv_budget = kv_budget_mb << 20;
   frugal::quant::thread_pool pool(threads_n);
-  auto plain = llama::model::load(model_path, {.weights = llama::precision::native,
-                                               .kv_budget_bytes = std::size_t{1} << 30,
-                                               .prefix_caching = false});
+  auto plain = llama::model::load(
+      model_path,
+      {.weights = llama::precision::native, .kv_budget_bytes = kv_budget, .prefix_caching = false});
   auto cached = llama::model::load(
       model_path,
-      {.weights = llama::precision::native, .kv_budget_bytes = std::size_t{1} << 30, .prefix_caching = true});
+      {.weights = llama::precision::native, .kv_budget_bytes = kv_budget, .prefix_caching = true});
   std::vector<prepared> t;
   std::size_t prompt_tokens = 0, answer_tokens = 0;
   for (const auto& q : trace) {
@@ -477,9 +482,9 @@ int main(int argc, char** argv) try {
   if (has('4')) results.push_back(run_iteration("4 + prefix caching", *cached, t, so, &pool));
   if (has('5')) {
     // A fresh model: rung 4's prefix cache stays out of rung 5.
-    auto fresh = llama::model::load(model_path, {.weights = llama::precision::native,
-                                                 .kv_budget_bytes = std::size_t{1} << 30,
-                                                 .prefix_caching = true});
+    auto fresh = llama::model::load(
+        model_path,
+        {.weights = llama::precision::native, .kv_budget_bytes = kv_budget, .prefix_caching = true});
     frugal::lru_cache<frugal::completion> store({.max_entries = 4096});
     responses cache(store);
     results.push_back(run_iteration("5 + response cache", *fresh, t, so, &pool, &cache));
@@ -490,15 +495,17 @@ int main(int argc, char** argv) try {
   for (const auto& r : results) std::cout << json(r, kvpt) << std::endl;
   std::cerr << "| rung | output tok/s | TTFT p50 ms | TTFT p99 ms | prefill computed | prefix hits | paged "
                "KV waste | "
-               "contiguous waste (max_tokens / context) |\n|---|---|---|---|---|---|---|---|\n";
+               "contiguous waste (max_tokens / context) | preemptions (tokens recomputed) |\n"
+               "|---|---|---|---|---|---|---|---|---|\n";
   for (const auto& r : results) {
     const auto share = [](double used, double all) { return all > 0 ? 1.0 - used / all : 0.0; };
     std::fprintf(
-        stderr, "| %s | %.1f | %.0f | %.0f | %llu | %llu | %.1f%% | %.1f%% / %.1f%% |\n", r.name.c_str(),
-        static_cast<double>(r.generated) / r.wall_s, quantile(r.ttft_ms, 0.5), quantile(r.ttft_ms, 0.99),
-        static_cast<unsigned long long>(r.prefill_computed), static_cast<unsigned long long>(r.prefix_hits),
-        100 * share(r.kv.paged_tokens, r.kv.paged_slots), 100 * share(r.kv.seq_tokens, r.kv.reserved_max),
-        100 * share(r.kv.seq_tokens, r.kv.reserved_context));
+        stderr, "| %s | %.1f | %.0f | %.0f | %llu | %llu | %.1f%% | %.1f%% / %.1f%% | %llu (%llu) |\n",
+        r.name.c_str(), static_cast<double>(r.generated) / r.wall_s, quantile(r.ttft_ms, 0.5),
+        quantile(r.ttft_ms, 0.99), static_cast<unsigned long long>(r.prefill_computed),
+        static_cast<unsigned long long>(r.prefix_hits), 100 * share(r.kv.paged_tokens, r.kv.paged_slots),
+        100 * share(r.kv.seq_tokens, r.kv.reserved_max), 100 * share(r.kv.seq_tokens, r.kv.reserved_context),
+        static_cast<unsigned long long>(r.preemptions), static_cast<unsigned long long>(r.recomputed));
   }
   if (costs) {
     std::cout << scheduler_cost(*plain, t, 32, &pool) << std::endl;
