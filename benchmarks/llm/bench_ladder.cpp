@@ -161,19 +161,11 @@ rung_result run_static(const std::string& name, llama::model& m, const std::vect
       for (std::size_t i = 0; i < k; ++i)
         if (padded || made[i] < trace[ids[i]].answer)
           in.push_back({.seq = &seqs[i], .tokens = std::span(&cur[i], 1)});
-      if (padded) {
-        std::vector<float> all = m.forward(in, threads);
-        logits.resize(live.size() * m.cfg().vocab);
-        for (std::size_t j = 0; j < live.size(); ++j)
-          std::copy_n(all.begin() + static_cast<std::ptrdiff_t>(live[j] * m.cfg().vocab), m.cfg().vocab,
-                      logits.begin() + static_cast<std::ptrdiff_t>(j * m.cfg().vocab));
-      } else {
-        logits = m.forward(in, threads);
-      }
+      logits = m.forward(in, threads);  // padded: one row per sequence of the batch, else per live one
       r.kv.sample(m.kv(), reserve, static_cast<double>(k * ctx));
       ++r.steps;
       for (std::size_t j = 0; j < live.size(); ++j) {
-        cur[live[j]] = greedy(std::span<const float>(logits).subspan(j * V, V));
+        cur[live[j]] = greedy(std::span<const float>(logits).subspan((padded ? live[j] : j) * V, V));
         ++made[live[j]];
       }
     }
