@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "../support/cpu_paths.hpp"
 #include "../support/requires.hpp"
 #include "frugal/model/gguf.hpp"
 #include "frugal/quant.hpp"
@@ -76,11 +77,8 @@ std::vector<float> random_x(std::size_t m, std::size_t k, std::mt19937& rng) {
 }
 
 std::vector<q::simd_path> runnable_paths() {
-  std::vector<q::simd_path> p;
-  for (auto s : {q::simd_path::portable, q::simd_path::avx2, q::simd_path::avx_vnni, q::simd_path::avx512,
-                 q::simd_path::avx512_vnni, q::simd_path::amx})
-    if (q::is_supported(s)) p.push_back(s);
-  return p;
+  return frugal_test::cpu_paths({q::simd_path::portable, q::simd_path::avx2, q::simd_path::avx_vnni,
+                                 q::simd_path::avx512, q::simd_path::avx512_vnni, q::simd_path::amx});
 }
 
 std::vector<float> run(const std::vector<float>& x, std::size_t m, const q::ggml_weights& w,
@@ -256,6 +254,41 @@ TEST_CASE("ggml: a row's output is the same bits alone, among 37 or 100 rows, an
           CHECK(same_bits(run(row, 1, w, {.path = p}), std::span<const float>(all).subspan(r * n, n)));
           CHECK(same_bits(run(row, 1, w, {.path = p, .threads = &pool}),
                           std::span<const float>(all).subspan(r * n, n)));
+        }
+      }
+    }
+}
+
+// The server's shapes: every M from 1 to 40 (decode steps of up to 40 sequences, and prefill chunks mixed
+// with them), and a prefill step of 200 rows, against shapes of SmolLM2's projections, each on two threads
+// several times over. In a build whose coverage counters were not atomic, gcc
+// kept a loop counter of the AVX-512 VNNI tile in a gcov counter that the other thread moved, and whole 8 x
+// 16 tiles came out wrong (NaN in the server; issue 60): a single call rarely shows it, repeated calls do.
+TEST_CASE("ggml: M = 1 to 40 and prefill-sized M on two threads, repeated, give the portable path's bits") {
+  std::mt19937 rng(9);
+  q::thread_pool pool(2);
+  struct shape {
+    std::size_t n, k;
+  };
+  for (auto f : formats)
+    for (const shape s : {shape{576, 576}, shape{1536, 576}}) {
+      const auto w = q::make_ggml_weights(f, random_raw(f, s.n, s.k, rng), s.n, s.k);
+      std::vector<std::size_t> ms;
+      for (std::size_t m = 1; m <= 40; ++m) ms.push_back(m);
+      if (s.n == 576 && s.k == 576) ms.push_back(200);
+      for (const std::size_t m : ms) {
+        const auto x = random_x(m, s.k, rng);
+        const auto ref = run(x, m, w, {.path = q::simd_path::portable});
+        for (auto p : runnable_paths()) {
+          if (p == q::simd_path::portable) continue;
+          CAPTURE(to_string(f));
+          CAPTURE(to_string(p));
+          CAPTURE(s.n);
+          CAPTURE(s.k);
+          CAPTURE(m);
+          const int repeats = m > 40 ? 8 : 3;
+          for (int r = 0; r < repeats; ++r)
+            REQUIRE(same_bits(run(x, m, w, {.path = p, .threads = &pool}), ref));
         }
       }
     }
