@@ -90,7 +90,7 @@ case "${1:-}" in
     # server's scrape test and its alert rules; cpp-httplib and wrk for the example server and its load test;
     # hiredis and redis-server for the Redis tier; hnswlib for the semantic cache; gcovr for coverage;
     # matplotlib for the demo's plot.
-    need_packages clang libclang-rt-14-dev clang-format gcovr prometheus libutf8proc-dev python3-pip fortunes libhiredis-dev redis-server \
+    need_packages clang libclang-rt-14-dev clang-format gcovr iproute2 prometheus libutf8proc-dev python3-pip fortunes libhiredis-dev redis-server \
       libcpp-httplib-dev wrk libhnswlib-dev python3-yaml python3-matplotlib
     fetch_model
     fetch_gguf_model

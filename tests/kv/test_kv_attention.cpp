@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "../support/cpu_paths.hpp"
 #include "../support/errors.hpp"
 #include "frugal/kv.hpp"
 #include "kv_support.hpp"
@@ -78,12 +79,7 @@ std::vector<double> reference(const std::vector<frugal::kv_token>& toks, std::si
   return out;
 }
 
-std::vector<path> paths() {
-  std::vector<path> v{path::portable};
-  for (const path p : {path::avx2, path::avx512})
-    if (frugal::quant::is_supported(p)) v.push_back(p);
-  return v;
-}
+std::vector<path> paths() { return frugal_test::cpu_paths({path::portable, path::avx2, path::avx512}); }
 
 frugal::kv_sequence_id append_written(frugal::kv_cache& c, frugal::kv_sequence_id id,
                                       std::span<const frugal::kv_token> toks) {

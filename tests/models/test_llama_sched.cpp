@@ -2,8 +2,11 @@
 // invariance bit for bit, and greedy answers under continuous batching equal to each prompt run alone.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -62,8 +65,11 @@ struct run_result {
 // The user's loop: the scheduler hands out steps, the model runs them, complete() samples. It records the
 // logits rows each sequence receives, checks that every sequence resolves once, and that the KV cache holds
 // no block afterwards.
+// `transform`, when set, changes a step's logits before they are recorded and sampled (the negative control).
+using logits_transform = std::function<void(const frugal::step&, std::vector<float>&)>;
+
 run_result drive(llama::model& m, const std::vector<job>& jobs, frugal::scheduler_options o,
-                 frugal::quant::executor* threads = &two_threads()) {
+                 frugal::quant::executor* threads = &two_threads(), const logits_transform& transform = {}) {
   o.vocab_size = m.cfg().vocab;
   o.max_context = m.cfg().context;
   run_result r;
@@ -95,8 +101,9 @@ run_result drive(llama::model& m, const std::vector<job>& jobs, frugal::schedule
         ++r.steps;  // nothing to run: let time pass for the late arrivals
         continue;
       }
-      const std::vector<float> logits = m.run_step(*st, threads);
+      std::vector<float> logits = m.run_step(*st, threads);
       REQUIRE(logits.size() == st->logits_rows() * v);
+      if (transform) transform(*st, logits);
       std::size_t row = 0;
       for (const frugal::step_entry& e : st->entries())
         if (e.logits) {
@@ -216,24 +223,43 @@ TEST_CASE("llama scheduler: int8 and int4 logits are the same bits alone or batc
   check_alone_vs_batched(smollm2(llama::precision::int4), batch / 4);
 }
 
-TEST_CASE("llama scheduler: fp32 without batch_invariant differs batched, in the last bits only" *
-          needs(gguf_model())) {
-  // The control: Eigen's GEMM takes another path for one row than for many, so the same test on the default
-  // fp32 path finds a difference (if it did not, the checks above would prove nothing about fp32).
-  llama::model& m = smollm2(llama::precision::fp32);
+TEST_CASE(
+    "llama scheduler: the negative control: a reduction over the step's rows changes the bits batched, and "
+    "the comparison the invariance cases use finds it" *
+    needs(gguf_model())) {
+  // Each row's first logit goes through a sum over the step's other rows, in step order: x + 1024 - 1024 for
+  // each of them. Alone there is none and x is unchanged; batched, x is rounded to a multiple of 2^-13 (the
+  // spacing of floats at 1024), which changes every logit with bits below that. So a batch-dependent result
+  // is there by construction, and the check above must see it, or it proves nothing.
+  const logits_transform order_dependent = [](const frugal::step& st, std::vector<float>& logits) {
+    const std::size_t rows = st.logits_rows(), v = logits.size() / std::max<std::size_t>(rows, 1);
+    for (std::size_t r = 0; r < rows; ++r) {
+      volatile float acc = logits[r * v];
+      for (std::size_t other = 0; other + 1 < rows; ++other) {
+        acc = acc + 1024.0f;
+        acc = acc - 1024.0f;
+      }
+      logits[r * v] = acc;
+    }
+  };
+  llama::model& m = smollm2(llama::precision::native);
   const auto ps = prompts(m, 8);
   std::vector<job> all;
   for (const auto& p : ps) all.push_back({.prompt = p, .max_tokens = 1});
-  const run_result together = drive(m, all, {.max_running = 8, .step_tokens = 1024});
-  const run_result alone = drive(m, {all[1]}, {.max_running = 1});
-  const auto& a = alone.jobs[0].logits.at(0);
-  const auto& b = together.jobs[1].logits.at(0);
-  double worst = 0;
-  for (std::size_t i = 0; i < a.size(); ++i)
-    worst = std::max(worst, std::abs(static_cast<double>(a[i]) - b[i]));
-  MESSAGE("default fp32, alone vs batched: largest logit difference " << worst);
-  CHECK(a != b);
-  CHECK(worst < 1e-3);
+  const run_result together =
+      drive(m, all, {.max_running = 8, .step_tokens = 1024}, &two_threads(), order_dependent);
+  REQUIRE(together.widest_step == 8);
+  std::size_t differ = 0;
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    const run_result alone = drive(m, {all[i]}, {.max_running = 1}, &two_threads(), order_dependent);
+    const float x = alone.jobs[0].logits.at(0).at(0);
+    CAPTURE(i);
+    CAPTURE(x);
+    // The construction's premise: this logit has bits below 2^-13.
+    REQUIRE(std::ldexp(x, 13) != std::nearbyint(std::ldexp(x, 13)));
+    differ += alone.jobs[0].logits != together.jobs[i].logits;
+  }
+  CHECK(differ == all.size());
 }
 
 TEST_CASE("llama scheduler: greedy answers under continuous batching equal each prompt run alone" *

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "../support/cpu_paths.hpp"
 #include "frugal/quant.hpp"
 
 namespace q = frugal::quant;
@@ -16,10 +17,7 @@ namespace q = frugal::quant;
 namespace {
 
 std::vector<q::simd_path> float_paths() {
-  std::vector<q::simd_path> p;
-  for (auto s : {q::simd_path::portable, q::simd_path::avx2, q::simd_path::avx512})
-    if (q::is_supported(s)) p.push_back(s);
-  return p;
+  return frugal_test::cpu_paths({q::simd_path::portable, q::simd_path::avx2, q::simd_path::avx512});
 }
 
 float from_bits(std::uint32_t b) {

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "../support/cpu_paths.hpp"
 #include "frugal/quant.hpp"
 
 namespace q = frugal::quant;
@@ -21,8 +22,8 @@ namespace {
 
 std::vector<qd::float_level> simd_levels() {
   std::vector<qd::float_level> v;
-  if (q::is_supported(q::simd_path::avx2)) v.push_back(qd::float_level::avx2);
-  if (q::is_supported(q::simd_path::avx512)) v.push_back(qd::float_level::avx512);
+  for (const q::simd_path p : frugal_test::cpu_paths({q::simd_path::avx2, q::simd_path::avx512}))
+    v.push_back(p == q::simd_path::avx512 ? qd::float_level::avx512 : qd::float_level::avx2);
   return v;
 }
 
@@ -72,8 +73,7 @@ std::vector<float> hard_data(std::size_t n, float scale, std::int32_t zp, std::m
 // points and integers.
 void check_simd_paths_match(const std::vector<float>& x, std::size_t rows, std::size_t cols,
                             const q::scheme& s, const q::quantized_tensor& ref) {
-  for (auto path : {q::simd_path::avx2, q::simd_path::avx512}) {
-    if (!q::is_supported(path)) continue;
+  for (auto path : frugal_test::cpu_paths({q::simd_path::avx2, q::simd_path::avx512})) {
     CAPTURE(q::to_string(path));
     const auto got = q::quantize(x, rows, cols, s, path);
     CHECK(got.scales == ref.scales);
@@ -227,8 +227,7 @@ TEST_CASE("quant fast path: whole tensors quantize alike on every path, per grou
                         q::simd_path::portable);
         CHECK(ref_static.data == ref.data);
         check_simd_paths_match(y, rows, cols, s, ref);
-        for (auto path : {q::simd_path::avx2, q::simd_path::avx512}) {
-          if (!q::is_supported(path)) continue;
+        for (auto path : frugal_test::cpu_paths({q::simd_path::avx2, q::simd_path::avx512})) {
           CAPTURE(q::to_string(path));
           CHECK(q::quantize(y, rows, cols, s, q::choose_params(y, rows, cols, s, path), path).data ==
                 ref.data);
@@ -290,8 +289,8 @@ TEST_CASE(
   // Under the error policy a NaN in any group is reported at its index, on every path.
   std::vector<float> y(4 * 128, 0.5f);
   y[3 * 128 + 77] = -std::numeric_limits<float>::infinity();
-  for (auto path : {q::simd_path::portable, q::simd_path::avx2, q::simd_path::avx512}) {
-    if (!q::is_supported(path)) continue;
+  for (auto path :
+       frugal_test::cpu_paths({q::simd_path::portable, q::simd_path::avx2, q::simd_path::avx512})) {
     CHECK_THROWS_WITH_AS(
         q::quantize(y, 2, 256, {.granularity = q::granularity::per_group, .group_size = 128}, path),
         doctest::Contains("data[461] is -Inf"), std::invalid_argument);
@@ -354,8 +353,7 @@ TEST_CASE("quant fast path: f32 -> bf16 with streaming stores equals the portabl
   }
   std::vector<q::bfloat16> ref(n + 1), got(n + 1);
   q::convert(std::span<const float>(x), std::span<q::bfloat16>(ref).subspan(1), q::simd_path::portable);
-  for (auto path : {q::simd_path::avx2, q::simd_path::avx512}) {
-    if (!q::is_supported(path)) continue;
+  for (auto path : frugal_test::cpu_paths({q::simd_path::avx2, q::simd_path::avx512})) {
     CAPTURE(q::to_string(path));
     std::fill(got.begin(), got.end(), q::bfloat16{});
     q::convert(std::span<const float>(x), std::span<q::bfloat16>(got).subspan(1), path);
@@ -389,8 +387,8 @@ TEST_CASE("quant fast path: per-group quantize beyond 4 MiB (non-temporal stores
   y[700 * cols + 129] = 0.5f;
   y[1000 * cols + 3] = std::numeric_limits<float>::infinity();
   const std::string inf_at = "data[" + std::to_string(1000 * cols + 3) + "] is +Inf";
-  for (auto path : {q::simd_path::portable, q::simd_path::avx2, q::simd_path::avx512}) {
-    if (!q::is_supported(path)) continue;
+  for (auto path :
+       frugal_test::cpu_paths({q::simd_path::portable, q::simd_path::avx2, q::simd_path::avx512})) {
     CAPTURE(q::to_string(path));
     CHECK_THROWS_WITH_AS(
         q::quantize(y, rows, cols, {.granularity = q::granularity::per_group, .group_size = 128}, path),

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "../support/cpu_paths.hpp"
 #include "frugal/quant.hpp"
 
 namespace q = frugal::quant;
@@ -15,17 +16,11 @@ namespace q = frugal::quant;
 namespace {
 
 std::vector<q::simd_path> int8_paths() {
-  std::vector<q::simd_path> p;
-  for (auto s : {q::simd_path::portable, q::simd_path::avx2, q::simd_path::avx_vnni,
-                 q::simd_path::avx512_vnni, q::simd_path::amx})
-    if (q::is_supported(s)) p.push_back(s);
-  return p;
+  return frugal_test::cpu_paths({q::simd_path::portable, q::simd_path::avx2, q::simd_path::avx_vnni,
+                                 q::simd_path::avx512_vnni, q::simd_path::amx});
 }
 std::vector<q::simd_path> float_paths() {
-  std::vector<q::simd_path> p;
-  for (auto s : {q::simd_path::portable, q::simd_path::avx2, q::simd_path::avx512})
-    if (q::is_supported(s)) p.push_back(s);
-  return p;
+  return frugal_test::cpu_paths({q::simd_path::portable, q::simd_path::avx2, q::simd_path::avx512});
 }
 
 q::quantized_activations random_activations(std::size_t m, std::size_t k, std::mt19937& rng, bool asym) {
@@ -87,7 +82,8 @@ std::string error_of(F&& f) {
 
 TEST_CASE("quant gemm: every int8 path gives int32 accumulators bit-exact with a naive triple loop") {
   std::mt19937 rng(1234);
-  CAPTURE(int8_paths().size());
+  const std::size_t paths = int8_paths().size();
+  CAPTURE(paths);
   for (std::size_t m = 1; m <= 17; ++m) {
     const std::size_t k = 2 * (rng() % 40) + 1;  // odd K
     const std::size_t n = 1 + rng() % 70;
@@ -300,11 +296,7 @@ TEST_CASE(
   for (int i = -4000; i <= 4000; ++i) x.push_back(static_cast<float>(i) / 400.0f);  // -10 .. 10
   x.push_back(-1e30f);
   x.push_back(1e30f);
-  for (auto path : {q::simd_path::portable, q::simd_path::avx2, q::simd_path::avx512}) {
-    if (!q::is_supported(path)) {
-      MESSAGE("apply_activation: path " << q::to_string(path) << " not on this CPU, skipped");
-      continue;
-    }
+  for (auto path : float_paths()) {
     CAPTURE(q::to_string(path));
     std::vector<float> y = x;
     q::apply_activation(y, q::activation_kind::gelu_erf, path);

@@ -8,6 +8,7 @@
 #include <span>
 #include <vector>
 
+#include "../support/cpu_paths.hpp"
 #include "frugal/quant.hpp"
 
 namespace q = frugal::quant;
@@ -15,10 +16,7 @@ namespace q = frugal::quant;
 namespace {
 
 std::vector<q::simd_path> simd_paths() {
-  std::vector<q::simd_path> p;
-  for (auto s : {q::simd_path::avx2, q::simd_path::avx512})
-    if (q::is_supported(s)) p.push_back(s);
-  return p;
+  return frugal_test::cpu_paths({q::simd_path::avx2, q::simd_path::avx512});
 }
 
 // Random nibbles, scales and zero points, the extremes included: every nibble value and zero point
@@ -113,8 +111,8 @@ TEST_CASE("quant int4: the kernels are exact where fp32 is, so integer data give
                (w.value(j, t) - (sym ? 0 : w.zero_points[j * (k / 32) + t / 32]));
         exact[i * n + j] = static_cast<float>(s);
       }
-    for (auto path : {q::simd_path::portable, q::simd_path::avx2, q::simd_path::avx512}) {
-      if (!q::is_supported(path)) continue;
+    for (auto path :
+         frugal_test::cpu_paths({q::simd_path::portable, q::simd_path::avx2, q::simd_path::avx512})) {
       CAPTURE(q::to_string(path));
       std::vector<float> out(m * n);
       q::gemm_weight_only(x, m, w, out, {.path = path});

@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "../support/cpu_paths.hpp"
 #include "frugal/quant.hpp"
 
 namespace q = frugal::quant;
@@ -39,10 +40,7 @@ struct failing_executor final : q::executor {
 };
 
 std::vector<q::simd_path> supported(std::initializer_list<q::simd_path> all) {
-  std::vector<q::simd_path> p;
-  for (auto s : all)
-    if (q::is_supported(s)) p.push_back(s);
-  return p;
+  return frugal_test::cpu_paths(all);
 }
 
 struct shape {

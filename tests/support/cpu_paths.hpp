@@ -11,6 +11,7 @@
 
 #include <cstdlib>
 #include <initializer_list>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,13 @@ inline bool cpu_has(frugal::quant::simd_path p) {
   return false;
 }
 
+// Whether this test case has not yet said `what` (kernel tests ask for their paths inside their loops).
+inline bool first_time(const std::string& what) {
+  static std::set<std::string> said;
+  const auto* tc = doctest::getContextOptions()->currentTest;
+  return said.insert(std::string(tc && tc->m_name ? tc->m_name : "") + "/" + what).second;
+}
+
 inline std::vector<frugal::quant::simd_path> cpu_paths(
     std::initializer_list<frugal::quant::simd_path> listed) {
   namespace q = frugal::quant;
@@ -50,12 +58,13 @@ inline std::vector<frugal::quant::simd_path> cpu_paths(
     if (q::is_supported(p)) {
       run.push_back(p);
     } else if (!cpu_has(p)) {
-      MESSAGE("skipped path " << q::to_string(p) << ": this CPU lacks it");
+      if (first_time(q::to_string(p))) MESSAGE("skipped path " << q::to_string(p) << ": this CPU lacks it");
     } else {
       const char* cap = std::getenv("FRUGAL_MAX_CPU_ISA");
-      available(requirement{"isa", std::string("path ") + q::to_string(p) +
-                                       ": the CPU has it, FRUGAL_MAX_CPU_ISA=" + (cap ? cap : "") +
-                                       " hides it"});
+      const requirement hidden{"isa", std::string("path ") + q::to_string(p) +
+                                          ": the CPU has it, FRUGAL_MAX_CPU_ISA=" + (cap ? cap : "") +
+                                          " hides it"};
+      if (required(hidden) || first_time(q::to_string(p))) available(hidden);
     }
   }
   return run;
