@@ -58,9 +58,14 @@ inline bool semantic_flag(semantic_route_options& o, examples::flags& f) {
     o.entries = f.integer(1, 1u << 30);
   else if (f.is("--semantic-model-ms"))
     o.model_ms = f.number(0, 60000);
-  else if (f.is("--semantic-gpu-usd"))
-    o.gpu_usd = frugal::cost::money::parse(f.value()).to_decimal();
-  else
+  else if (f.is("--semantic-gpu-usd")) {
+    const std::string v = f.value();
+    try {  // named by its flag, not by the money parser
+      o.gpu_usd = frugal::cost::money::parse(v).to_decimal();
+    } catch (const std::invalid_argument& e) {
+      throw examples::usage_error(std::string("--semantic-gpu-usd: ") + e.what());
+    }
+  } else
     return false;
   return true;
 }
