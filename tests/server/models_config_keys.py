@@ -6,7 +6,7 @@ stand-ins in a temporary directory) must pass `frugal_server --models FILE --che
 key and array entry, copies with that value made invalid (a wrong type, out of range, empty, a directory
 where a file is expected or a file where a directory is, a name the server refuses) must each exit
 non-zero with stderr naming the key's full path (models[1].path) and the file. A --models path that is a
-directory is said to be one. Uses tests/demo/config_keys.py's helpers; standard library only.
+directory is said to be one, and a bad price or export directory flag is named by its flag. Uses tests/demo/config_keys.py's helpers; standard library only.
 
 usage: models_config_keys.py FRUGAL_SERVER
 """
@@ -74,10 +74,17 @@ def invalid_values(parts, value, doc, si):
     return out
 
 
-def run(exe, models):
-    p = subprocess.run([exe, "--models", models, "--check-config"], stdout=subprocess.PIPE,
+def run(exe, models, *flags):
+    p = subprocess.run([exe, "--models", models, "--check-config", *flags], stdout=subprocess.PIPE,
                        stderr=subprocess.PIPE, text=True, timeout=60)
     return p.returncode, p.stderr
+
+
+def flag_cases(si):
+    """Flags the server reads beside --models, each with an invalid value: (flag, value)."""
+    return [("--hourly-usd", v) for v in ("0", "-1", "USD 12", "abc")] + \
+        [("--semantic-gpu-usd", v) for v in ("0", "1e5 USD")] + \
+        [("--export-dir", os.path.join(si.a_file, "out"))]
 
 
 def main():
@@ -108,6 +115,13 @@ def main():
                 if rc == 0 or not ck.names(err, key) or case not in err:
                     failures.append(f"{key} = {json.dumps(bad)} ({what}): exit {rc}, stderr: "
                                     f"{err.strip() or '(nothing)'}")
+        with open(case, "w") as f:
+            json.dump(base, f)
+        for flag, bad in flag_cases(si):
+            rc, err = run(exe, case, flag, bad)
+            cases += 1
+            if rc == 0 or not ck.names(err, flag):
+                failures.append(f"{flag} {bad}: exit {rc}, stderr: {err.strip() or '(nothing)'}")
     for f in failures:
         print("FAIL", f)
     print(f"{cases - len(failures)} of {cases} invalid values refused by their key's full path")
