@@ -139,7 +139,7 @@ inline chat_config parse_chat_config(const examples::config_document& doc) {
   root.each("ladder", [&](examples::config_object& s, std::size_t) {
     chat_step_config st;
     s.get("name", st.name);
-    if (st.name.empty()) s.fail("name", "must not be empty");
+    if (s.has("name") && st.name.empty()) s.fail("name", "must not be empty when given");
     s.get("why", st.why);
     s.get("precision", st.precision, {"fp32", "native", "int8", "int4"});
     s.get("batching", st.batching);

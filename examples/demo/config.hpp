@@ -269,7 +269,7 @@ inline config parse_config(const examples::config_document& doc) {
   root.each("ladder", [&](examples::config_object& s, std::size_t) {
     step_config st;
     s.get("name", st.name);
-    if (st.name.empty()) s.fail("name", "must not be empty");
+    if (s.has("name") && st.name.empty()) s.fail("name", "must not be empty when given");
     s.get("why", st.why);
     s.get("precision", st.precision);
     try {  // the MLP's recipes, or the encoder's precisions
