@@ -504,6 +504,7 @@ int main(int argc, char** argv) try {
         o.errors = f.value();
       } else if (f.is("--name")) {
         o.name = f.value();
+        if (o.name.empty()) throw usage_error("--name: must not be empty (it names the job's checkpoints)");
       } else if (f.is("--model")) {
         model = f.value();
       } else if (f.is("--precision")) {
@@ -536,7 +537,12 @@ int main(int argc, char** argv) try {
           throw usage_error("--billing must be spot or on_demand, not \"" + b + "\"");
       } else if (f.is("--price")) {
         lf.price = f.value();
-        (void)frugal::cost::money::parse(lf.price, frugal::cost::currency::from_code("USD"));
+        try {  // the ledger's price: named by its flag, not by the money parser or the ledger
+          if (frugal::cost::money::parse(lf.price, frugal::cost::currency::from_code("USD")).nanos() <= 0)
+            throw std::invalid_argument("must be a price > 0, not \"" + lf.price + "\"");
+        } catch (const std::invalid_argument& e) {
+          throw usage_error(std::string("--price: ") + e.what());
+        }
       } else if (f.is("--help") || f.is("-h")) {
         std::fputs(usage_text, stdout);
         return 0;

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <initializer_list>
@@ -144,10 +145,13 @@ class config_document {
   explicit config_document(json root, std::string origin = "config")
       : root_(std::move(root)), origin_(std::move(origin)) {}
 
-  /// @brief Reads @p path; an unreadable, empty or malformed file throws config_error naming
+  /// @brief Reads @p path; a directory, an unreadable, empty or malformed file throws config_error naming
   /// @p origin_name and the file.
   static config_document from_file(const std::string& path, const std::string& origin_name = "config") {
     const std::string origin = origin_name + " " + path;
+    std::error_code ec;
+    if (std::filesystem::is_directory(path, ec))  // opens and reads as empty: say what it is
+      throw config_error(origin + ": is a directory; a config is a JSON file");
     std::ifstream in(path, std::ios::binary);
     if (!in) throw config_error(origin + ": cannot be opened");
     std::stringstream text;

@@ -100,6 +100,7 @@ inline chat_config parse_chat_config(const examples::config_document& doc) {
     std::string kind = "smollm2";
     m.get("kind", kind, {"smollm2"});
     m.get("name", c.model_name);
+    check_ledger_name(m, "name", c.model_name);
     m.get("path", c.model_path);
     m.get("threads", c.threads, std::size_t{1}, std::size_t{256});
     m.get("kv_budget_mb", c.kv_budget_mb, std::size_t{1}, std::size_t{1} << 20);
@@ -138,6 +139,7 @@ inline chat_config parse_chat_config(const examples::config_document& doc) {
   root.each("ladder", [&](examples::config_object& s, std::size_t) {
     chat_step_config st;
     s.get("name", st.name);
+    if (s.has("name") && st.name.empty()) s.fail("name", "must not be empty when given");
     s.get("why", st.why);
     s.get("precision", st.precision, {"fp32", "native", "int8", "int4"});
     s.get("batching", st.batching);
@@ -153,6 +155,26 @@ inline chat_config parse_chat_config(const examples::config_document& doc) {
     c.model_path = env && *env ? env : FRUGAL_DEMO_GGUF_MODEL;
   }
   return c;
+}
+
+/// @brief The files and directories @p c reads (the GGUF model, the corpus, the accuracy text), checked
+/// before any work; throws config_error naming the key.
+inline void check_paths(const chat_config& c, const examples::config_document& doc) {
+  const path_checks p(doc);
+  const std::string model_default = p.has("model.path") ? "" : "$FRUGAL_GGUF_MODEL or the build";
+  p.file("model.path", c.model_path, model_default);
+  {
+    std::ifstream probe(c.model_path, std::ios::binary);
+    char magic[4] = {};
+    if (!probe.read(magic, 4) || std::string_view(magic, 4) != "GGUF")
+      examples::config_object(doc).fail(
+          "model.path",
+          "\"" + c.model_path + "\" is not a GGUF file" +
+              (model_default.empty() ? ""
+                                     : " (not set in the config: the default from " + model_default + ")"));
+  }
+  p.directory("traffic.corpus", c.trace.fortunes_dir, {}, p.has("traffic.corpus") ? "" : "the demo");
+  p.file("accuracy.text", c.accuracy_text, p.has("accuracy.text") ? "" : "the demo");
 }
 
 /// @brief What one step measured.

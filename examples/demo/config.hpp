@@ -6,10 +6,15 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <initializer_list>
 #include <limits>
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+#include <frugal/cost.hpp>
 
 #include "../common/config.hpp"
 #include "../common/load_model.hpp"
@@ -76,15 +81,125 @@ struct config {
   bool quiet = false;
 };
 
-/// @brief The priced GPU class: `name` and `hourly_usd` (a price that money::parse reads).
+/// @brief The priced GPU class: `name` and `hourly_usd` (a price that money::parse reads, > 0). A value
+/// the ledger would refuse is refused here, named by the keys that feed it (gpu.name, gpu.hourly_usd),
+/// not at the first step's ledger in the words of its options.
 inline void read_gpu(examples::config_object& g, std::string& name, std::string& hourly_usd) {
   g.get("name", name);
   g.get("hourly_usd", hourly_usd);
+  if (name.empty()) g.fail("name", "must not be empty");
+  frugal::cost::money price;
   try {
-    (void)frugal::cost::money::parse(hourly_usd);
+    price = frugal::cost::money::parse(hourly_usd);
   } catch (const std::exception& e) {
     g.fail("hourly_usd", e.what());
   }
+  if (price.nanos() <= 0) g.fail("hourly_usd", "must be a price > 0, not \"" + hourly_usd + "\"");
+  try {  // the ledger's own checks of the class and its price, as a step's ledger will make them
+    const frugal::cost::rate r = frugal::cost::rate::per_hour(price);
+    frugal::cost::ledger<> check(
+        {.prices = {{.gpu_class = name, .on_demand = r}}, .devices = {{.gpu_class = name, .name = "cpu0"}}});
+  } catch (const std::exception& e) {
+    g.fail("name and " + g.path("hourly_usd"), e.what());
+  }
+}
+
+/// @brief A name the cost ledger books under (its feature, a Prometheus label): not empty, valid UTF-8
+/// without control characters. Refused here, named by @p key of @p o, not by the ledger's words.
+inline void check_ledger_name(examples::config_object& o, const char* key, const std::string& name) {
+  if (name.empty()) o.fail(key, "must not be empty");
+  try {
+    frugal::cost::ledger<> check(
+        {.prices = {{.gpu_class = "check",
+                     .on_demand = frugal::cost::rate::per_hour(frugal::cost::money::parse("1"))}},
+         .devices = {{.gpu_class = "check", .name = "cpu0"}}});
+    (void)check.feature(name);
+  } catch (const std::exception& e) {
+    std::string why = e.what();  // "frugal::cost::ledger::feature: a feature name must ..."
+    const auto colon = why.find(": ");
+    o.fail(key, "\"" + name + "\" is refused as a cost ledger name: " +
+                    (colon == std::string::npos ? why : why.substr(colon + 2)));
+  }
+}
+
+/// @brief The files and directories a config names, checked before any work: each is refused by its key
+/// (a directory where a file goes is said to be one). @p defaulted: the key is not in the config and its
+/// value came from @p default_from.
+class path_checks {
+ public:
+  explicit path_checks(const examples::config_document& doc) : doc_(doc), root_(doc) {}
+
+  /// @brief @p path at @p key must be a regular file that can be opened.
+  void file(const std::string& key, const std::string& path, const std::string& default_from = "") const {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    const auto st = fs::status(where(key, path, default_from), ec);
+    if (fs::is_directory(st)) fail(key, path, default_from, "is a directory; a file is expected here");
+    std::ifstream probe(path, std::ios::binary);
+    if (!probe) fail(key, path, default_from, "cannot be opened: " + reason(st));
+  }
+  /// @brief @p path at @p key must be a directory holding each of @p files.
+  void directory(const std::string& key, const std::string& path,
+                 std::initializer_list<const char*> files = {}, const std::string& default_from = "") const {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    const auto st = fs::status(where(key, path, default_from), ec);
+    if (!fs::exists(st)) fail(key, path, default_from, "does not exist; a directory is expected here");
+    if (!fs::is_directory(st))
+      fail(key, path, default_from, "is not a directory; a directory is expected here");
+    for (const char* f : files) {
+      std::ifstream probe(path + "/" + f, std::ios::binary);
+      if (!probe || fs::is_directory(path + "/" + f, ec))
+        fail(key, path, default_from, std::string("has no readable ") + f);
+    }
+  }
+  /// @brief Whether the config (or an override) sets @p key (a dotted path of objects).
+  bool has(const std::string& key) const {
+    const examples::json* j = &doc_.root();
+    std::size_t i = 0;
+    while (i <= key.size()) {
+      const auto dot = key.find('.', i);
+      const std::string k = key.substr(i, dot == std::string::npos ? std::string::npos : dot - i);
+      if (!j->is_object() || !j->contains(k)) return false;
+      j = &(*j)[k];
+      if (dot == std::string::npos) return true;
+      i = dot + 1;
+    }
+    return false;
+  }
+
+ private:
+  const std::string& where(const std::string& key, const std::string& path, const std::string& d) const {
+    if (path.empty()) fail(key, path, d, "must not be empty");
+    return path;
+  }
+  static std::string reason(const std::filesystem::file_status& st) {
+    return std::filesystem::exists(st) ? "permission denied or not a regular file" : "it does not exist";
+  }
+  [[noreturn]] void fail(const std::string& key, const std::string& path, const std::string& default_from,
+                         const std::string& what) const {
+    root_.fail(
+        key,
+        (path.empty() ? std::string() : "\"" + path + "\" ") + what +
+            (default_from.empty() ? "" : " (not set in the config: the default from " + default_from + ")"));
+  }
+  const examples::config_document& doc_;
+  examples::config_object root_;
+};
+
+/// @brief The files and directories @p c reads (minilm: the model directory, the calibration file where a
+/// step needs it, the corpus), checked before any work; throws config_error naming the key.
+inline void check_paths(const config& c, const examples::config_document& doc) {
+  if (c.model_kind != "minilm") return;  // the MLP is synthetic: it reads no file
+  const path_checks p(doc);
+  p.directory("model.path", c.model_path, {"config.json", "vocab.txt", "model.safetensors"},
+              p.has("model.path") ? "" : "$FRUGAL_MODEL_DIR or the build");
+  for (const auto& st : c.ladder)
+    if (bert::needs_calibration(bert::parse_precision(st.precision))) {
+      p.file("model.calibration", c.calibration, p.has("model.calibration") ? "" : "the build");
+      break;
+    }
+  p.directory("traffic.corpus", c.corpus, {}, p.has("traffic.corpus") ? "" : "the demo");
 }
 
 /// @brief Reads a config; every field is optional and falls back to the defaults of `config`. Each value
@@ -103,6 +218,7 @@ inline config parse_config(const examples::config_document& doc) {
   root.section("model", [&](examples::config_object& m) {
     m.get("kind", c.model_kind, {"mlp", "minilm"});
     m.get("name", c.model_name);
+    check_ledger_name(m, "name", c.model_name);
     m.get("dims", c.model.dims, 2, 16, 128, 65536);
     for (std::size_t i = 0; i < c.model.dims.size(); ++i)
       if (c.model.dims[i] % 128 != 0)
@@ -153,6 +269,7 @@ inline config parse_config(const examples::config_document& doc) {
   root.each("ladder", [&](examples::config_object& s, std::size_t) {
     step_config st;
     s.get("name", st.name);
+    if (s.has("name") && st.name.empty()) s.fail("name", "must not be empty when given");
     s.get("why", st.why);
     s.get("precision", st.precision);
     try {  // the MLP's recipes, or the encoder's precisions

@@ -3,10 +3,12 @@
 // serves a chat model (SmolLM2 from its GGUF file, chat_demo.hpp); config_minilm.json serves the sentence
 // encoder and config_mlp.json a synthetic MLP (demo.hpp).
 //
-//   frugal_demo [--config path.json] [--model PATH] [--quiet] [--key.path=value ...]
+//   frugal_demo [--config path.json] [--model PATH] [--quiet] [--check-config] [--key.path=value ...]
 //
-// Exit codes: 0 done, 1 a run that failed (a model that does not load, an export that cannot be written),
-// 2 a bad command line or config.
+// --check-config reads and checks the config (every value, the files it names, out_dir) and exits without
+// a run. Exit codes: 0 done, 1 a run that failed (a model that does not load, an export that cannot be
+// written, out_dir that cannot be created: each before the run where it can be), 2 a bad command line or
+// config.
 #include <unistd.h>
 
 #include <cstdio>
@@ -46,6 +48,19 @@ std::vector<std::string> export_paths(const std::string& out_dir, std::size_t st
   return paths;
 }
 
+// Creates out_dir and checks that every export can be written there, before any work: a run of minutes
+// whose results cannot be written is lost. A failure names the config key (out_dir, from `origin`) and the
+// path.
+void prepare_exports(const std::string& out_dir, const std::vector<std::string>& exports,
+                     const std::string& origin) {
+  try {
+    examples::prepare_output_dir(out_dir);
+    for (const auto& p : exports) examples::check_writable(p);
+  } catch (const examples::write_error& e) {
+    throw examples::write_error(origin + ": out_dir: " + e.what());
+  }
+}
+
 // The widest path the library's kernels take here, as they choose it (FRUGAL_MAX_CPU_ISA caps it).
 const char* simd_name() {
   using frugal::quant::simd_path;
@@ -56,13 +71,17 @@ const char* simd_name() {
 }
 
 // The language-model ladder: run, print, export, plot.
+std::vector<std::string> chat_exports(const demo::chat_config& cfg, bool plot) {
+  std::vector<std::string> exports =
+      export_paths(cfg.out_dir, cfg.ladder.size(), {"ladder.json", "report.md"});
+  if (plot) exports.push_back(cfg.out_dir + "/ladder.png");
+  return exports;
+}
+
 int run_chat(const demo::chat_config& cfg, bool quiet, bool plot) {
   const std::vector<std::string> exports =
       export_paths(cfg.out_dir, cfg.ladder.size(), {"ladder.json", "report.md"});
-  examples::prepare_output_dir(cfg.out_dir);
-  for (const auto& p : exports) examples::check_writable(p);
   const std::string png = cfg.out_dir + "/ladder.png";
-  if (plot) examples::check_writable(png);
   quiet = quiet || cfg.quiet;
   const bool tty = isatty(fileno(stderr));
   demo::chat_progress_fn progress;
@@ -113,9 +132,10 @@ int run_chat(const demo::chat_config& cfg, bool quiet, bool plot) {
 int main(int argc, char** argv) {
   std::string config_path = FRUGAL_DEMO_DEFAULT_CONFIG;
   std::vector<std::string> overrides;
-  bool quiet = false, plot = true;
+  bool quiet = false, plot = true, check_only = false;
   demo::config cfg;
   std::optional<demo::chat_config> chat;
+  std::string out_dir_origin;
   try {
     examples::flags f(argc, argv);
     while (f.next()) {
@@ -125,15 +145,19 @@ int main(int argc, char** argv) {
         quiet = true;
       else if (f.is("--no-plot"))
         plot = false;
+      else if (f.is("--check-config"))
+        check_only = true;
       else if (f.is("--model"))
         overrides.push_back("--model.path=" + f.value());
       else if (f.is("--help") || f.is("-h")) {
         std::printf(
-            "usage: %s [--config file.json] [--model PATH] [--quiet] [--no-plot] [--key.path=value ...]\n"
+            "usage: %s [--config file.json] [--model PATH] [--quiet] [--no-plot] [--check-config]\n"
+            "          [--key.path=value ...]\n"
             "  the default config serves SmolLM2 (--model: its GGUF file; default $FRUGAL_GGUF_MODEL)\n"
             "  --config %s/config_minilm.json: the sentence-encoder ladder (--model: a BERT directory)\n"
             "  --config %s/config_mlp.json: the synthetic MLP\n"
             "  --no-plot: no ladder.png (the language-model ladder draws it with python3-matplotlib)\n"
+            "  --check-config: check the config (its values, the files it names, out_dir) and exit\n"
             "  e.g. --traffic.requests=20 --scheduler.max_running=8 --ladder[1].precision=int8 "
             "--gpu.hourly_usd=2.50\n",
             argv[0], std::filesystem::path(FRUGAL_DEMO_DEFAULT_CONFIG).parent_path().c_str(),
@@ -144,13 +168,32 @@ int main(int argc, char** argv) {
     }
     auto doc = examples::config_document::from_file(config_path);
     for (const auto& o : overrides) doc.apply_override(o);
-    if (demo::config_model_kind(doc) == "smollm2")
+    if (demo::config_model_kind(doc) == "smollm2") {
       chat = demo::parse_chat_config(doc);
-    else
+      demo::check_paths(*chat, doc);
+    } else {
       cfg = demo::parse_config(doc);
+      demo::check_paths(cfg, doc);
+    }
+    out_dir_origin = doc.origin("out_dir");
   } catch (const std::exception& e) {  // usage_error, config_error
     std::fprintf(stderr, "frugal_demo: %s (see --help)\n", e.what());
     return 2;
+  }
+  try {  // out_dir and the exports, before any work
+    if (chat)
+      prepare_exports(chat->out_dir, chat_exports(*chat, plot), out_dir_origin);
+    else
+      prepare_exports(cfg.out_dir, export_paths(cfg.out_dir, cfg.ladder.size(), {"report.md"}),
+                      out_dir_origin);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "frugal_demo: %s\n", e.what());
+    return 1;
+  }
+  if (check_only) {
+    std::printf("frugal_demo: config %s is valid; out_dir %s is writable\n", config_path.c_str(),
+                (chat ? chat->out_dir : cfg.out_dir).c_str());
+    return 0;
   }
   if (chat) try {
       return run_chat(*chat, quiet, plot);
@@ -159,10 +202,7 @@ int main(int argc, char** argv) {
       return 1;
     }
   try {
-    // The exports are checked before the run: a run of minutes whose results cannot be written is lost.
     const std::vector<std::string> exports = export_paths(cfg.out_dir, cfg.ladder.size(), {"report.md"});
-    examples::prepare_output_dir(cfg.out_dir);
-    for (const auto& p : exports) examples::check_writable(p);
     quiet = quiet || cfg.quiet;
 
     const bool tty = isatty(fileno(stderr));

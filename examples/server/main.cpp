@@ -13,6 +13,7 @@
 //                 idle, within a memory budget: see models_config.hpp; --model DIR is their default path)
 //                 [--pool-collect-s X]  (how often idle models are unloaded, default 1)
 //                 [--drain-grace-s X]  (after SIGTERM, how long running generations may go on, default 30)
+//                 [--check-config]  (check the flags, --models FILE and --export-dir, then exit 0)
 //
 // The bearer token is read from --token-file or the environment variable FRUGAL_SERVER_TOKEN, never
 // from the command line (it would show in ps) and never logged. SIGTERM or SIGINT stops accepting,
@@ -54,6 +55,7 @@ int main(int argc, char** argv) {
   if (const char* t = std::getenv("FRUGAL_SERVER_TOKEN"); t && *t) o.token = t;
   std::string models_file;
   int http_nice = 0;
+  bool check_only = false;
   try {
     examples::flags f(argc, argv);
     while (f.next()) {
@@ -61,6 +63,8 @@ int main(int argc, char** argv) {
         o.model_dir = f.value();
       else if (f.is("--models"))
         models_file = f.value();
+      else if (f.is("--check-config"))
+        check_only = true;
       else if (f.is("--pool-collect-s"))
         o.collect_interval_s = f.number(0.01, 3600);
       else if (f.is("--drain-grace-s"))
@@ -125,17 +129,31 @@ int main(int argc, char** argv) {
       }
     }
     (void)examples::encoder_precision(o.precision, "--precision");
-    (void)frugal::cost::money::parse(o.hourly_usd);
+    try {  // the ledger's price: named by its flag, not by the money parser or the ledger
+      if (frugal::cost::money::parse(o.hourly_usd).nanos() <= 0)
+        throw std::invalid_argument("must be a price > 0, not \"" + o.hourly_usd + "\"");
+    } catch (const std::invalid_argument& e) {
+      throw examples::usage_error(std::string("--hourly-usd: ") + e.what());
+    }
     // The whole model config is checked here, before any work: every field, with its path.
     if (!models_file.empty())
       o.models = server::load_models_config(models_file, o.model_dir);
     else if (o.model_dir.empty())
       throw examples::usage_error("--model DIR (or --models FILE) is required");
     // The ledger's exports are written at shutdown: a directory they cannot go to is refused now.
-    if (!o.export_dir.empty()) examples::prepare_output_dir(o.export_dir);
+    if (!o.export_dir.empty()) try {
+        examples::prepare_output_dir(o.export_dir);
+      } catch (const examples::write_error& e) {
+        throw examples::usage_error(std::string("--export-dir: ") + e.what());
+      }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "frugal_server: %s (see --help)\n", e.what());
     return 2;
+  }
+  if (check_only) {
+    std::printf("frugal_server: the flags%s are valid\n",
+                models_file.empty() ? "" : (" and --models " + models_file).c_str());
+    return 0;
   }
 
   // Every thread started from here on inherits the blocked signals; one thread waits for them.

@@ -43,6 +43,7 @@
 #include <sys/stat.h>
 
 #include <cstddef>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <stdexcept>
@@ -105,6 +106,9 @@ inline void finish_chat_entry(model_entry& m, const std::string& at) {
                                 "\" is not one of native, fp32, int8, int4");
   if (m.path.empty()) throw std::invalid_argument(at + "path: a chat model needs its GGUF file");
   {
+    std::error_code ec;
+    if (std::filesystem::is_directory(m.path, ec))
+      throw std::invalid_argument(at + "path: " + m.path + " is a directory; a chat model is a GGUF file");
     std::ifstream probe(m.path, std::ios::binary);
     char magic[4] = {};
     if (!probe) throw std::invalid_argument(at + "path: " + m.path + " cannot be opened");
@@ -112,12 +116,13 @@ inline void finish_chat_entry(model_entry& m, const std::string& at) {
       throw std::invalid_argument(at + "path: " + m.path + " is not a GGUF file");
   }
   if (m.max_running == 0 || m.step_tokens < m.max_running)
-    throw std::invalid_argument(at + "step_tokens: must be at least max_running (" +
-                                std::to_string(m.max_running) + ")");
+    throw std::invalid_argument(at + "step_tokens: " + std::to_string(m.step_tokens) + " must be at least " +
+                                at + "max_running (" + std::to_string(m.max_running) + ")");
   if (!(m.idle_unload_s >= 0 && m.idle_unload_s <= 86400 * 365.0))
     throw std::invalid_argument(at + "idle_unload_s: must be in 0 .. 31536000 seconds");
   if (m.pinned && m.idle_unload_s > 0)
-    throw std::invalid_argument(at + "idle_unload_s: a pinned model is never unloaded; drop one of the two");
+    throw std::invalid_argument(at + "idle_unload_s: with " + at +
+                                "pinned: a pinned model is never unloaded; drop one of the two");
   if (m.estimated_bytes == 0) m.estimated_bytes = detail::file_bytes(m.path) + m.kv_budget_bytes;
 }
 
@@ -143,6 +148,12 @@ inline void finish_models_config(models_config& c, const std::string& default_di
     (void)examples::encoder_precision(m.precision, at + "precision");
     if (m.path.empty()) m.path = default_dir;
     if (m.path.empty()) throw std::invalid_argument(at + "path: not given, and no --model DIR either");
+    std::error_code ec;
+    if (!std::filesystem::is_directory(m.path, ec))
+      throw std::invalid_argument(
+          at + "path: " + m.path +
+          (std::filesystem::exists(m.path, ec) ? " is not a directory" : " does not exist") +
+          "; an embedding model is a directory (config.json, vocab.txt, model.safetensors)");
     for (const char* f : {"/config.json", "/vocab.txt", "/model.safetensors"}) {
       std::ifstream probe(m.path + f);
       if (!probe) throw std::invalid_argument(at + "path: " + m.path + f + " cannot be opened");
@@ -150,8 +161,8 @@ inline void finish_models_config(models_config& c, const std::string& default_di
     if (!(m.idle_unload_s >= 0 && m.idle_unload_s <= 86400 * 365.0))
       throw std::invalid_argument(at + "idle_unload_s: must be in 0 .. 31536000 seconds");
     if (m.pinned && m.idle_unload_s > 0)
-      throw std::invalid_argument(at +
-                                  "idle_unload_s: a pinned model is never unloaded; drop one of the two");
+      throw std::invalid_argument(at + "idle_unload_s: with " + at +
+                                  "pinned: a pinned model is never unloaded; drop one of the two");
     if (m.estimated_bytes == 0) m.estimated_bytes = detail::file_bytes(m.path + "/model.safetensors");
     sum += m.estimated_bytes;
   }

@@ -19,6 +19,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <utility>
@@ -58,9 +59,16 @@ inline bool semantic_flag(semantic_route_options& o, examples::flags& f) {
     o.entries = f.integer(1, 1u << 30);
   else if (f.is("--semantic-model-ms"))
     o.model_ms = f.number(0, 60000);
-  else if (f.is("--semantic-gpu-usd"))
-    o.gpu_usd = frugal::cost::money::parse(f.value()).to_decimal();
-  else
+  else if (f.is("--semantic-gpu-usd")) {
+    const std::string v = f.value();
+    try {  // named by its flag, not by the money parser or the ledger that books it
+      const frugal::cost::money m = frugal::cost::money::parse(v);
+      if (m.nanos() <= 0) throw std::invalid_argument("must be a price > 0, not \"" + v + "\"");
+      o.gpu_usd = m.to_decimal();
+    } catch (const std::invalid_argument& e) {
+      throw examples::usage_error(std::string("--semantic-gpu-usd: ") + e.what());
+    }
+  } else
     return false;
   return true;
 }

@@ -108,6 +108,45 @@ TEST_CASE("money: formatting and parsing round-trip, and bad text gets a clear e
                        std::invalid_argument);
 }
 
+TEST_CASE("money::parse: a malformed amount names what was expected where the parse stopped") {
+  const auto why = [](const char* text) {
+    try {
+      (void)money::parse(text);
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("parsed");
+  };
+  // The number is never blamed as a currency code, nor the code as the number.
+  for (const std::string text :
+       {"12.3.4 USD", "USD", "1e5 USD", "abc", "12 usd", "USD 12", "12 34", "$ 12"}) {
+    CAPTURE(text);
+    const std::string w = why(text.c_str());
+    CHECK(w != "parsed");
+    CHECK(w.find("unknown currency code \"12") == std::string::npos);
+    CHECK(w.find("unknown currency code \"34") == std::string::npos);
+  }
+  CHECK(why("12.3.4 USD").find("after \"12.3\", found '.'") != std::string::npos);
+  CHECK(why("1e5 USD").find("after \"1\", found 'e'") != std::string::npos);
+  CHECK(why("USD").find("expected a number at the start, found \"USD\"") != std::string::npos);
+  CHECK(why("abc").find("expected a number at the start, found \"abc\"") != std::string::npos);
+  CHECK(why("USD 12").find("a currency code goes after the amount (\"12 USD\")") != std::string::npos);
+  CHECK(why("12 usd").find("\"usd\" must be upper case: USD") != std::string::npos);
+  CHECK(why("12 34").find("expected a three-letter currency code after the amount \"12\", found \"34\"") !=
+        std::string::npos);
+  CHECK(why("12 XYZ").find("unknown currency code \"XYZ\" after the amount \"12\"") != std::string::npos);
+  CHECK(why("$").find("expected digits after '$', found nothing") != std::string::npos);
+  CHECK(why("$ 12").find("expected a digit after '$', found ' '") != std::string::npos);
+  CHECK(why("--1").find("expected a digit after '-', found '-'") != std::string::npos);
+  CHECK(why("1.").find("expected a digit after the decimal point") != std::string::npos);
+  CHECK(why(".5").find("expected a digit before the decimal point") != std::string::npos);
+  CHECK(why("").find("is empty") != std::string::npos);
+  // Well-formed amounts still parse.
+  CHECK(money::parse("$12").nanos() == 12'000'000'000);
+  CHECK(money::parse(" 12.5 USD ").nanos() == 12'500'000'000);
+  CHECK(money::parse("12  EUR").cur() == currency::from_code("EUR"));
+}
+
 TEST_CASE("rate: a price per hour, second, request or 1M tokens priced exactly with half-even rounding") {
   const rate hourly = rate::per_hour(money::parse("$3.60"));  // 1 nano-dollar per microsecond
   CHECK((hourly * 1s).nanos() == 1'000'000);

@@ -327,6 +327,31 @@ TEST_CASE("demo: a number out of its field's range is refused where it is read, 
   CHECK(e.rfind("config tiny.json: traffic.phases[1].ms: must be a number in 0 ..", 0) == 0);
 }
 
+TEST_CASE("demo: a value the cost library would refuse is named by the config key that the user wrote") {
+  const auto error = [](const char* section, const char* key, const demo::json& v) {
+    demo::json j = tiny_config();
+    j[section][key] = v;
+    return what_of([&] { (void)demo::parse_config(j, "config tiny.json"); });
+  };
+  // Not "options.prices[...].on_demand must be > 0", nor "frugal::cost::rate: price must not be negative".
+  for (const char* price : {"0", "-1", "-$0.5", "0.00 EUR"}) {
+    CAPTURE(std::string(price));
+    const std::string e = error("gpu", "hourly_usd", price);
+    CHECK(e.rfind("config tiny.json: gpu.hourly_usd: must be a price > 0", 0) == 0);
+    CHECK(e.find("options.") == std::string::npos);
+  }
+  CHECK(error("gpu", "hourly_usd", "USD 12").rfind("config tiny.json: gpu.hourly_usd: ", 0) == 0);
+  CHECK(error("gpu", "hourly_usd", "USD 12").find("unknown currency code") == std::string::npos);
+  CHECK(error("gpu", "name", "").rfind("config tiny.json: gpu.name: must not be empty", 0) == 0);
+  // Not "frugal::cost::ledger::feature: a feature name must not be empty".
+  CHECK(error("model", "name", "").rfind("config tiny.json: model.name: must not be empty", 0) == 0);
+  CHECK(error("model", "name", "a\x01b").rfind("config tiny.json: model.name: ", 0) == 0);
+  // A config path that is a directory is said to be one, not "empty".
+  const std::string dir = std::filesystem::temp_directory_path().string();
+  CHECK(what_of([&] { (void)examples::config_document::from_file(dir); }) ==
+        "config " + dir + ": is a directory; a config is a JSON file");
+}
+
 TEST_CASE("demo: the JSON library's own errors become the config's, naming the file or the override") {
   using examples::config_document;
   CHECK(what_of([] { (void)config_document::from_text("  \n", "config empty.json"); }) ==

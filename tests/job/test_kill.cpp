@@ -359,6 +359,27 @@ TEST_CASE("job kill: a full tmpfs stops the job with ENOSPC naming the file; gro
   CHECK(slurp(out + ".errors") == slurp(f.ref.output + ".errors"));
 }
 
+TEST_CASE(
+    "job kill: a bad --price or --name is refused before any work, named by its flag, never by the ledger") {
+  fixture f;
+  const std::pair<const char*, const char*> cases[] = {
+      {"--price", "0"}, {"--price", "-1"}, {"--price", "USD 12"}, {"--price", "abc"}, {"--name", ""}};
+  for (const auto& [flag, value] : cases) {
+    const std::string what = std::string(flag) + " \"" + value + "\"";
+    CAPTURE(what);
+    f.reset();
+    std::filesystem::remove(f.log);
+    std::vector<std::string> args = f.args(8, 100000);
+    args.insert(args.end(), {"--ledger", f.dir / "ledger.json", flag, value});
+    CHECK(exit_status(wait_for(spawn(args, {}, f.log))) == 64);
+    const std::string log = slurp(f.log);
+    CHECK(log.find(std::string(flag) + ": ") != std::string::npos);
+    CHECK(log.find("frugal::cost::ledger") == std::string::npos);
+    CHECK(log.find("frugal::cost::rate") == std::string::npos);
+    CHECK(!std::filesystem::exists(f.out));  // refused before any work
+  }
+}
+
 #else
 
 // The kill tests need examples/batch_job; this stands in for them, skipped, saying so.

@@ -89,51 +89,99 @@ class money {
   }
 
   /// @brief Parses "$12.34", "-$0.5", "12.345678901 EUR" or a bare "12.34" (in `default_currency`); at most 9
-  /// decimals. Throws std::invalid_argument on malformed text or an unknown code, std::overflow_error if too
-  /// big.
+  /// decimals. Throws std::invalid_argument on malformed text or an unknown code, naming what was expected
+  /// where the parse stopped (the amount or the code after it); std::overflow_error if too big.
   static money parse(std::string_view text, currency default_currency = {}) {
     const std::string_view original = text;
-    auto fail = [&](const char* why) -> money {
+    auto fail = [&](const std::string& why) -> money {
       throw std::invalid_argument("frugal::cost::money::parse: \"" + std::string(original) + "\": " + why +
-                                  " (expected e.g. $12.34 or 12.34 EUR)");
+                                  " (an amount is written e.g. $12.34 or 12.34 EUR)");
     };
     auto trim = [](std::string_view& s) {
       while (!s.empty() && s.front() == ' ') s.remove_prefix(1);
       while (!s.empty() && s.back() == ' ') s.remove_suffix(1);
     };
+    auto digit = [](char ch) { return ch >= '0' && ch <= '9'; };
+    auto letter = [](char ch) { return (ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z'); };
+    auto quoted = [](char ch) { return ch == '\'' ? std::string("\"'\"") : "'" + std::string(1, ch) + "'"; };
     trim(text);
+    if (text.empty()) return fail("is empty; expected an amount");
     bool negative = false;
     bool dollar = false;
-    if (!text.empty() && text.front() == '-') negative = true, text.remove_prefix(1);
+    if (text.front() == '-') negative = true, text.remove_prefix(1);
     if (!text.empty() && text.front() == '$') dollar = true, text.remove_prefix(1);
     if (!negative && !text.empty() && text.front() == '-') negative = true, text.remove_prefix(1);
-    currency c = dollar ? currency{} : default_currency;
-    if (auto sp = text.find(' '); sp != std::string_view::npos) {
-      std::string_view code = text.substr(sp + 1);
-      trim(code);
-      currency coded = currency::from_code(code);
-      if (dollar && !(coded == currency{})) return fail("'$' with a currency other than USD");
-      c = coded;
-      text = text.substr(0, sp);
+    // The amount: digits, then optionally '.' and 1 to 9 digits.
+    const std::string after = dollar ? "after '$'" : negative ? "after '-'" : "at the start";
+    if (text.empty()) return fail("expected digits " + after + ", found nothing");
+    if (!digit(text.front())) {
+      if (text.front() == '.') return fail("expected a digit before the decimal point");
+      if (letter(text.front())) {  // a word where the amount goes: "USD 12", "abc"
+        const std::string_view word = text.substr(0, text.find(' '));
+        std::string_view rest = word.size() < text.size() ? text.substr(word.size()) : std::string_view{};
+        trim(rest);
+        if (!rest.empty() && (digit(rest.front()) || rest.front() == '$'))
+          return fail("expected the amount first, found \"" + std::string(word) +
+                      "\"; a currency code goes after the amount (\"" + std::string(rest) + " " +
+                      std::string(word) + "\")");
+        return fail("expected a number " + after + ", found \"" + std::string(word) + "\"");
+      }
+      return fail("expected a digit " + after + ", found " + quoted(text.front()));
     }
-    if (text.empty()) return fail("no digits");
     detail::int128 units = 0;
     std::size_t i = 0;
-    for (; i < text.size() && text[i] != '.'; ++i) {
-      if (text[i] < '0' || text[i] > '9') return fail("unexpected character");
+    for (; i < text.size() && digit(text[i]); ++i) {
       units = units * 10 + (text[i] - '0');
       if (units > std::numeric_limits<std::int64_t>::max()) detail::money_overflow("parse");
     }
-    if (i == 0) return fail("no digits before the decimal point");
     std::int64_t frac = 0;
     int digits = 0;
-    if (i < text.size()) {
-      for (++i; i < text.size(); ++i, ++digits) {
-        if (text[i] < '0' || text[i] > '9') return fail("unexpected character");
+    if (i < text.size() && text[i] == '.') {
+      for (++i; i < text.size() && digit(text[i]); ++i, ++digits) {
         if (digits == 9) return fail("more than 9 decimals");
         frac = frac * 10 + (text[i] - '0');
       }
-      if (digits == 0) return fail("no digits after the decimal point");
+      if (digits == 0)
+        return fail("expected a digit after the decimal point of \"" + std::string(text.substr(0, i)) + "\"");
+    }
+    const std::string amount(text.substr(0, i));
+    // Then the end, or a space and a currency code.
+    currency c = dollar ? currency{} : default_currency;
+    if (i < text.size()) {
+      if (text[i] != ' ')
+        return fail("expected a digit, '.' or a space and a currency code after \"" + amount + "\", found " +
+                    quoted(text[i]));
+      std::string_view code = text.substr(i);
+      trim(code);
+      const bool three_letters = code.size() == 3 && letter(code[0]) && letter(code[1]) && letter(code[2]);
+      if (!three_letters)
+        return fail("expected a three-letter currency code after the amount \"" + amount + "\", found \"" +
+                    std::string(code) + "\"");
+      std::string upper(code);
+      for (char& ch : upper)
+        if (ch >= 'a' && ch <= 'z') ch = static_cast<char>(ch - 'a' + 'A');
+      if (upper != code) {
+        try {
+          (void)currency::from_code(upper);
+        } catch (const std::invalid_argument&) {
+          return fail("unknown currency code \"" + std::string(code) + "\" after the amount \"" + amount +
+                      "\"");
+        }
+        return fail("currency code \"" + std::string(code) + "\" must be upper case: " + upper);
+      }
+      currency coded;
+      try {
+        coded = currency::from_code(code);
+      } catch (const std::invalid_argument& e) {
+        std::string why = e.what();  // "frugal::cost::currency: unknown currency code ... (known: ...)"
+        const auto colon = why.find(": ");
+        if (colon != std::string::npos) why = why.substr(colon + 2);
+        const auto known = why.find(" (known");
+        why.insert(known == std::string::npos ? why.size() : known, " after the amount \"" + amount + "\"");
+        return fail(why);
+      }
+      if (dollar && !(coded == currency{})) return fail("'$' with a currency other than USD");
+      c = coded;
     }
     for (; digits < 9; ++digits) frac *= 10;
     detail::int128 total = units * nanos_per_unit + frac;
