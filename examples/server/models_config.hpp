@@ -169,10 +169,10 @@ inline void finish_models_config(models_config& c, const std::string& default_di
   if (!budget_given) c.budget_bytes = sum;
 }
 
-/// @brief Reads --models FILE (the format above); throws examples::config_error naming the file and the
-/// field's path.
-inline models_config load_models_config(const std::string& file, const std::string& default_dir) {
-  const auto doc = examples::config_document::from_file(file, "--models");
+/// @brief The models of a --models document (the format above) named @p file in messages; throws
+/// examples::config_error or std::invalid_argument naming the file and the field's path.
+inline models_config parse_models_config(const examples::config_document& doc, const std::string& file,
+                                         const std::string& default_dir) {
   examples::config_object root(doc);
   models_config c;
   std::uint64_t budget_mb = 0;
@@ -209,6 +209,12 @@ inline models_config load_models_config(const std::string& file, const std::stri
   root.finish();
   finish_models_config(c, default_dir, "--models " + file + ": ", budget_mb != 0);
   return c;
+}
+
+/// @brief Reads --models FILE (the format above); throws examples::config_error naming the file and the
+/// field's path.
+inline models_config load_models_config(const std::string& file, const std::string& default_dir) {
+  return parse_models_config(examples::config_document::from_file(file, "--models"), file, default_dir);
 }
 
 }  // namespace server

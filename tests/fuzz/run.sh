@@ -15,7 +15,13 @@ seconds=$2
 shift 2
 here=$(cd "$(dirname "$0")" && pwd)
 harnesses=("$@")
-[[ ${#harnesses[@]} -eq 0 ]] && harnesses=(quant quant_gemm money cache batcher config safetensors key ledger gguf policy advisors observers kv scheduler checkpoint response)
+# By default every harness there is: each tests/fuzz/fuzz_<name>.cpp, so none can be forgotten here.
+if [[ ${#harnesses[@]} -eq 0 ]]; then
+  for f in "$here"/fuzz_*.cpp; do
+    f=${f##*/fuzz_}
+    harnesses+=("${f%.cpp}")
+  done
+fi
 jobs=${FUZZ_JOBS:-2}
 # Every harness has committed seeds (git keeps no empty folder, so a harness without any would find
 # its seed folder missing on a fresh clone and libFuzzer would exit at once): say so before building.
@@ -32,11 +38,15 @@ for h in "${harnesses[@]}"; do targets+=("fuzz_$h"); done
 cmake --build "$build" -j"$jobs" --target "${targets[@]}"
 
 run_one() {
-  local h=$1 out="$build/runs/$1"
+  local h=$1 out="$build/runs/$1" t0
+  t0=$(date +%s)
   mkdir -p "$out" "$build/corpus/$h"
   # -timeout: one input taking over 10 s is a hang. -rss_limit_mb: 2 GB is a leak or a runaway allocation.
+  local rc=0
   (cd "$out" && "$build/fuzz_$h" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
-    -print_final_stats=1 -artifact_prefix="$out/" "$build/corpus/$h" "$here/corpus/$h" >"$out/log" 2>&1)
+    -print_final_stats=1 -artifact_prefix="$out/" "$build/corpus/$h" "$here/corpus/$h" >"$out/log" 2>&1) || rc=$?
+  echo $(($(date +%s) - t0)) >"$out/seconds"
+  return $rc
 }
 
 declare -A status
@@ -59,7 +69,7 @@ while [[ ${#pending[@]} -gt 0 || ${#running[@]} -gt 0 ]]; do
 done
 
 failed=0
-printf '%-8s %-6s %12s %10s %8s\n' harness result executions exec/s corpus
+printf '%-14s %-6s %8s %12s %10s %8s\n' harness result seconds executions exec/s corpus
 for h in "${harnesses[@]}"; do
   log="$build/runs/$h/log"
   runs=$(awk '/stat::number_of_executed_units/ {v=$2} END {print v}' "$log")
@@ -69,7 +79,8 @@ for h in "${harnesses[@]}"; do
   if grep -qE 'ERROR: (AddressSanitizer|UndefinedBehaviorSanitizer|LeakSanitizer|libFuzzer)|runtime error:|SUMMARY: ' "$log"; then
     result=fail
   fi
-  printf '%-8s %-6s %12s %10s %8s\n' "$h" "$result" "${runs:-?}" "${rate:-?}" "$corpus"
+  secs=$(cat "$build/runs/$h/seconds" 2>/dev/null || echo '?')
+  printf '%-14s %-6s %8s %12s %10s %8s\n' "$h" "$result" "$secs" "${runs:-?}" "${rate:-?}" "$corpus"
   if [[ $result != ok ]]; then
     failed=1
     echo "---- $h: last lines of $log" >&2

@@ -132,6 +132,22 @@ inline constexpr std::uint32_t max_dims = 4;
 
 namespace detail {
 
+// A key as messages show it: printable ASCII as is, every other byte as \xNN (keys come from the file, and a
+// NUL would end the message).
+inline std::string printable_key(std::string_view key) {
+  std::string out;
+  for (const char ch : key) {
+    const auto b = static_cast<unsigned char>(ch);
+    if (b >= 0x20 && b < 0x7f && b != '\\') {
+      out += ch;
+    } else {
+      constexpr char hex[] = "0123456789abcdef";
+      out += {'\\', 'x', hex[b >> 4], hex[b & 15]};
+    }
+  }
+  return out;
+}
+
 struct parser {
   std::span<const std::byte> bytes;
   const std::string& label;
@@ -348,7 +364,7 @@ class file {
 
  private:
   error fail(std::string_view key, const std::string& what) const {
-    return error("frugal::gguf: " + label_ + ": key '" + std::string(key) + "': " + what);
+    return error("frugal::gguf: " + label_ + ": key '" + detail::printable_key(key) + "': " + what);
   }
   error wrong_type(std::string_view key, const value& v, const std::string& expected) const {
     std::string found = value_type_name(v.type());
@@ -379,7 +395,7 @@ class file {
       p.where = "metadata entry " + std::to_string(i);
       const std::string_view key = p.read_string("a key");
       if (key.empty()) p.fail("an empty key");
-      p.where = "key '" + std::string(key) + "'";
+      p.where = "key '" + detail::printable_key(key) + "'";
       const value_type t = p.read_type("a value type");
       if (index_.count(key)) p.fail("duplicate key");
       values_.push_back(p.read_value(t, 0));
