@@ -94,7 +94,18 @@ class money {
   static money parse(std::string_view text, currency default_currency = {}) {
     const std::string_view original = text;
     auto fail = [&](const std::string& why) -> money {
-      throw std::invalid_argument("frugal::cost::money::parse: \"" + std::string(original) + "\": " + why +
+      // The text as the message shows it: non-printable bytes as \xNN (a NUL would end the message).
+      std::string shown;
+      for (const char ch : original) {
+        const auto b = static_cast<unsigned char>(ch);
+        if (b >= 0x20 && b < 0x7f) {
+          shown += ch;
+        } else {
+          constexpr char hex[] = "0123456789abcdef";
+          shown += {'\\', 'x', hex[b >> 4], hex[b & 15]};
+        }
+      }
+      throw std::invalid_argument("frugal::cost::money::parse: \"" + shown + "\": " + why +
                                   " (an amount is written e.g. $12.34 or 12.34 EUR)");
     };
     auto trim = [](std::string_view& s) {
